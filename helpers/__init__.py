@@ -1,0 +1,19 @@
+"""Shared code of the attention course: the single source of truth the notebooks import.
+
+Importing this package has no side effects and does not import matplotlib or
+ipywidgets; ``helpers.plotting``, ``helpers.widgets`` and ``helpers.exercises``
+are imported explicitly by the notebooks that draw or quiz.
+"""
+
+from .attention import *  # noqa: F401,F403
+from .attention import __all__ as _attention_all
+from .data import *  # noqa: F401,F403
+from .data import __all__ as _data_all
+from .device import *  # noqa: F401,F403
+from .device import __all__ as _device_all
+from .masks import *  # noqa: F401,F403
+from .masks import __all__ as _masks_all
+from .modules import *  # noqa: F401,F403
+from .modules import __all__ as _modules_all
+
+__all__ = [*_attention_all, *_data_all, *_device_all, *_masks_all, *_modules_all]

@@ -1,0 +1,120 @@
+"""Labelled heatmaps of attention matrices (matplotlib, no pyplot state).
+
+Figures are built with ``matplotlib.figure.Figure`` directly, so nothing is
+drawn or shown as a side effect: a notebook displays a figure by ending a cell
+with it, and a widget renders it to PNG bytes and swaps them in place.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+__all__ = ["Heatmap", "new_figure", "plot_heatmap", "figure_to_png"]
+
+
+def _as_matrix(name: str, matrix) -> torch.Tensor:
+    if isinstance(matrix, torch.Tensor):
+        matrix = matrix.detach().to("cpu", torch.float32)
+    else:
+        try:
+            matrix = torch.as_tensor(matrix, dtype=torch.float32)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must be a 2-d tensor or nested list of numbers ({error})") from None
+    if matrix.dim() != 2:
+        raise ValueError(f"{name} must be 2-d (rows, columns), got shape {tuple(matrix.shape)}")
+    return matrix
+
+
+def new_figure(width: float = 5.0, height: float = 4.2) -> Figure:
+    """A fresh figure with one axes, not registered with pyplot (so never auto-shown)."""
+    fig = Figure(figsize=(width, height), layout="constrained")
+    fig.add_subplot()
+    return fig
+
+
+class Heatmap:
+    """A labelled heatmap on an existing ``Axes`` that can be redrawn in place.
+
+    Args:
+        ax: where to draw.
+        matrix: ``(rows, cols)`` tensor or nested list, e.g. attention weights ``(T_q, T_k)``.
+        row_labels, col_labels: one label per row / column (token strings).
+        title, xlabel, ylabel: text around the picture.
+        vmin, vmax: fixed colour range; ``None`` follows the data on every update.
+        annotate: write each value in its cell with ``fmt``.
+        colorbar_label: label of the colour bar.
+    """
+
+    def __init__(self, ax: Axes, matrix, row_labels: Sequence[str], col_labels: Sequence[str], *,
+                 title: str = "", xlabel: str = "key token", ylabel: str = "query token",
+                 cmap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
+                 annotate: bool = True, fmt: str = "{:.2f}", colorbar_label: str = ""):
+        data = _as_matrix("matrix", matrix)
+        rows, cols = data.shape
+        if len(row_labels) != rows or len(col_labels) != cols:
+            raise ValueError(
+                f"row_labels/col_labels must have {rows}/{cols} entries to match matrix shape "
+                f"{tuple(data.shape)}, got {len(row_labels)}/{len(col_labels)}"
+            )
+        self.ax, self.fmt = ax, fmt
+        self._fixed_range = (vmin, vmax)
+        self.image = ax.imshow(data.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        ax.set_xticks(range(cols), labels=list(col_labels), rotation=45, ha="right", rotation_mode="anchor")
+        ax.set_yticks(range(rows), labels=list(row_labels))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        self.colorbar = ax.figure.colorbar(self.image, ax=ax, label=colorbar_label)
+        self.texts = [[ax.text(j, i, "", ha="center", va="center", fontsize=9) for j in range(cols)]
+                      for i in range(rows)] if annotate else None
+        self._write_values(data)
+
+    def _write_values(self, data: torch.Tensor) -> None:
+        if self.texts is None:
+            return
+        low, high = self.image.get_clim()
+        middle = (low + high) / 2
+        for i, row in enumerate(self.texts):
+            for j, text in enumerate(row):
+                value = float(data[i, j])
+                text.set_text(self.fmt.format(value))
+                # Light text on the dark end of viridis, dark text on the light end.
+                text.set_color("white" if value < middle else "black")
+
+    def update(self, matrix, title: str | None = None) -> None:
+        """Show new values (same shape) without rebuilding the axes."""
+        data = _as_matrix("matrix", matrix)
+        if tuple(data.shape) != self.image.get_array().shape:
+            raise ValueError(
+                f"matrix must keep the shape {self.image.get_array().shape}, got {tuple(data.shape)}"
+            )
+        self.image.set_data(data.numpy())
+        vmin, vmax = self._fixed_range
+        if vmin is None or vmax is None:
+            low, high = float(data.min()), float(data.max())
+            self.image.set_clim(vmin if vmin is not None else low, vmax if vmax is not None else high)
+        self._write_values(data)
+        if title is not None:
+            self.ax.set_title(title)
+
+
+def plot_heatmap(matrix, row_labels: Sequence[str], col_labels: Sequence[str], **options) -> Figure:
+    """A new figure holding one :class:`Heatmap`; ``options`` are passed to it.
+
+    End a notebook cell with the returned figure to display it.
+    """
+    fig = new_figure()
+    Heatmap(fig.axes[0], matrix, row_labels, col_labels, **options)
+    return fig
+
+
+def figure_to_png(fig: Figure, dpi: int = 80) -> bytes:
+    """Render ``fig`` to PNG bytes with the Agg renderer (no display involved)."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    return buffer.getvalue()
