@@ -14,7 +14,7 @@ import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["Heatmap", "new_figure", "plot_heatmap", "figure_to_png"]
+__all__ = ["CourseFigure", "Heatmap", "new_figure", "plot_heatmap", "figure_to_png"]
 
 
 def _as_matrix(name: str, matrix) -> torch.Tensor:
@@ -30,10 +30,20 @@ def _as_matrix(name: str, matrix) -> torch.Tensor:
     return matrix
 
 
-def new_figure(width: float = 5.0, height: float = 4.2) -> Figure:
-    """A fresh figure with one axes, not registered with pyplot (so never auto-shown)."""
-    fig = Figure(figsize=(width, height), layout="constrained")
-    fig.add_subplot()
+class CourseFigure(Figure):
+    """A matplotlib ``Figure`` that displays itself as a PNG when a notebook cell ends with it.
+
+    It is not registered with pyplot, so it is never shown (or piled up) by accident.
+    """
+
+    def _repr_png_(self) -> bytes:
+        return figure_to_png(self)
+
+
+def new_figure(width: float = 5.0, height: float = 4.2, ncols: int = 1) -> CourseFigure:
+    """A fresh :class:`CourseFigure` with ``ncols`` axes side by side."""
+    fig = CourseFigure(figsize=(width, height), layout="constrained")
+    fig.subplots(1, ncols)
     return fig
 
 
