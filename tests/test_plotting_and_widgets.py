@@ -1,0 +1,111 @@
+"""Heatmaps, live figures and exercise checks."""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from helpers.exercises import Exercise
+from helpers.plotting import Heatmap, figure_to_png, new_figure, plot_heatmap
+from helpers.widgets import LiveFigure, choice, int_slider
+
+TOKENS = ["a", "b", "c"]
+
+
+def test_importing_helpers_has_no_side_effects():
+    code = (
+        "import sys, torch; before = torch.initial_seed(); import helpers; "
+        "assert 'matplotlib' not in sys.modules and 'ipywidgets' not in sys.modules, 'heavy import'; "
+        "assert torch.initial_seed() == before, 'seeded on import'; print('clean')"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "clean"
+
+
+def test_heatmap_labels_title_and_values():
+    fig = plot_heatmap(torch.eye(3), TOKENS, ["x", "y", "z"], title="identity", colorbar_label="weight")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == TOKENS
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["x", "y", "z"]
+    assert ax.get_title() == "identity"
+    assert len(fig.axes) == 2  # the heatmap and its colour bar
+    assert figure_to_png(fig).startswith(b"\x89PNG")
+    assert fig._repr_png_().startswith(b"\x89PNG")
+
+
+def test_heatmap_update_changes_data_annotations_and_range():
+    fig = new_figure()
+    heatmap = Heatmap(fig.axes[0], torch.zeros(3, 3), TOKENS, TOKENS)
+    before = figure_to_png(fig)
+    heatmap.update(torch.arange(9.0).reshape(3, 3), title="new")
+    assert heatmap.texts[2][2].get_text() == "8.00"
+    assert heatmap.image.get_clim() == (0.0, 8.0)
+    assert heatmap.ax.get_title() == "new"
+    assert figure_to_png(fig) != before
+
+
+def test_heatmap_rejects_bad_input():
+    with pytest.raises(ValueError, match="row_labels/col_labels must have 3/3 entries"):
+        plot_heatmap(torch.eye(3), ["a"], TOKENS)
+    with pytest.raises(ValueError, match="matrix must be 2-d"):
+        plot_heatmap(torch.ones(3), TOKENS, TOKENS)
+    heatmap = Heatmap(new_figure().axes[0], torch.eye(3), TOKENS, TOKENS)
+    with pytest.raises(ValueError, match="matrix must keep the shape"):
+        heatmap.update(torch.eye(2))
+
+
+def _live_figure():
+    fig = new_figure()
+    heatmap = Heatmap(fig.axes[0], torch.zeros(3, 3), TOKENS, TOKENS, vmin=0, vmax=5)
+    calls = []
+
+    def redraw(row, scale):
+        calls.append((row, scale))
+        matrix = torch.zeros(3, 3)
+        matrix[TOKENS.index(row)] = scale
+        heatmap.update(matrix)
+
+    live = LiveFigure(fig, redraw, {"row": choice("row", TOKENS), "scale": int_slider("scale", 1, 0, 5)})
+    return live, calls
+
+
+def test_live_figure_redraws_in_place_when_a_control_moves():
+    live, calls = _live_figure()
+    first = bytes(live.image.value)
+    assert calls == [("a", 1)] and first.startswith(b"\x89PNG")
+    live.controls["scale"].value = 4
+    assert calls[-1] == ("a", 4) and bytes(live.image.value) != first
+    second = bytes(live.image.value)
+    live.controls["row"].value = "c"
+    assert calls[-1] == ("c", 4) and bytes(live.image.value) != second
+    assert live.children[-1] is live.image  # one picture, updated, never a new one
+
+
+def test_live_figure_repr_and_static_picture():
+    live, _ = _live_figure()
+    assert repr(live) == "LiveFigure(row='a', scale=1)"
+    bundle = live._repr_mimebundle_()
+    assert bundle["text/plain"] == "LiveFigure(row='a', scale=1)"
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["image/png"].startswith("iVBOR")  # base64 of a PNG signature
+
+
+def test_live_figure_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure"):
+        LiveFigure("fig", lambda: None, {"x": int_slider("x", 0, 0, 1)})
+    with pytest.raises(ValueError, match="controls must name at least one widget"):
+        LiveFigure(new_figure(), lambda: None, {})
+
+
+def test_exercise_checks_and_reveals_on_request(capsys):
+    exercise = Exercise("sum", expected=lambda: torch.tensor([1.0, 2.0]), hint="add them", solution="x + y")
+    assert not exercise.check(None) and "not attempted" in repr(exercise.check(None))
+    assert "expected a torch.Tensor" in repr(exercise.check([1.0, 2.0]))
+    assert "shape (3,)" in repr(exercise.check(torch.ones(3)))
+    wrong = exercise.check(torch.tensor([1.0, 2.5]))
+    assert not wrong and "wrong values" in repr(wrong)
+    assert exercise.check(torch.tensor([1.0, 2.0])) and "correct" in repr(exercise.check(torch.tensor([1.0, 2.0])))
+    assert capsys.readouterr().out == ""  # nothing revealed until asked
+    exercise.solution()
+    assert "x + y" in capsys.readouterr().out

@@ -1,0 +1,91 @@
+"""The set-up stays consistent: pins, environment.yml, the two commands, the notebooks' hygiene."""
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _pins(requirements):
+    pins = {}
+    for requirement in requirements:
+        name, sep, version = requirement.partition("==")
+        assert sep, f"{requirement!r} is not pinned with =="
+        pins[name.strip().lower()] = version.strip()
+    return pins
+
+
+def test_environment_yml_matches_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    pip_pins = _pins(project["dependencies"] + project["optional-dependencies"]["test"])
+    environment = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert environment["channels"] == ["conda-forge"]
+    conda_pins, pip_section = {}, []
+    for entry in environment["dependencies"]:
+        if isinstance(entry, dict):
+            pip_section = entry["pip"]
+            continue
+        name, _, version = entry.partition("=")
+        if name not in ("python", "pip"):
+            conda_pins[CONDA_NAMES.get(name, name)] = version
+    assert conda_pins == pip_pins
+    assert pip_section == ["-e ."]
+
+
+def test_the_two_commands():
+    readme = (ROOT / "README.md").read_text()
+    assert readme.index("make lab") < 1500 and readme.index("make test") < 1500, "README shows both commands first"
+    assert "make test" in (ROOT / ".ci" / "run").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab: setup$", makefile, re.M) and re.search(r"^test: setup$", makefile, re.M)
+    assert "--ServerApp.ip=127.0.0.1" in makefile and "token=" not in makefile.replace("?token=", "")
+    addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
+    assert "--nbval " in addopts + " " and "--nbval-lax" not in addopts
+
+
+def test_there_are_notebooks():
+    assert NOTEBOOKS, "no notebooks found"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_is_a_clean_run_all(path):
+    nb = json.loads(path.read_text())
+    assert nb["metadata"]["kernelspec"]["name"] == "python3"
+    code = [c for c in nb["cells"] if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+    assert [c["execution_count"] for c in code] == list(range(1, len(code) + 1)), "not a clean Restart & Run All"
+    for cell in code:
+        for output in cell["outputs"]:
+            assert output["output_type"] != "error", "".join(cell["source"])[:80]
+            assert output.get("name") != "stderr", f"stderr output in: {''.join(cell['source'])[:80]}"
+    text = path.read_text()
+    assert not re.search(r"/(?:tmp|root|home|work|Users)/[\w.-]+", text), "absolute machine path stored"
+    assert "%pip" not in text and "!pip" not in text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_only_the_environment_cell_ignores_its_output(path):
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = "".join(code[0]["source"])
+    assert "environment_report()" in first and "manual_seed" in first, "first cell: imports, versions, seed"
+    for cell in code[1:]:
+        source = "".join(cell["source"])
+        tags = cell.get("metadata", {}).get("tags", [])
+        assert "NBVAL_IGNORE_OUTPUT" not in source and "NBVAL_SKIP" not in source, source[:80]
+        assert not {"nbval-ignore-output", "nbval-skip"} & set(tags), source[:80]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_live_figures_leave_a_static_picture(path):
+    nb = json.loads(path.read_text())
+    for cell in nb["cells"]:
+        for output in cell.get("outputs", []):
+            if "LiveFigure(" in "".join(output.get("data", {}).get("text/plain", "")):
+                assert output["data"]["image/png"], "widget output without a static picture"
