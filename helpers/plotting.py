@@ -13,6 +13,7 @@ from collections.abc import Sequence
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 __all__ = ["CourseFigure", "Heatmap", "new_figure", "plot_heatmap", "figure_to_png"]
 
@@ -82,6 +83,7 @@ class Heatmap:
         self.colorbar = ax.figure.colorbar(self.image, ax=ax, label=colorbar_label)
         self.texts = [[ax.text(j, i, "", ha="center", va="center", fontsize=9) for j in range(cols)]
                       for i in range(rows)] if annotate else None
+        self._row_outline: Rectangle | None = None
         self._write_values(data)
 
     def _write_values(self, data: torch.Tensor) -> None:
@@ -95,6 +97,21 @@ class Heatmap:
                 text.set_text(self.fmt.format(value))
                 # Light text on the dark end of viridis, dark text on the light end.
                 text.set_color("white" if value < middle else "black")
+
+    def outline_row(self, row: int | None, color: str = "red") -> None:
+        """Draw a box around one row (e.g. the selected query); ``None`` removes it."""
+        rows, cols = self.image.get_array().shape
+        if row is None:
+            if self._row_outline is not None:
+                self._row_outline.set_visible(False)
+            return
+        if not 0 <= row < rows:
+            raise ValueError(f"row must be in [0, {rows}), got {row}")
+        if self._row_outline is None:
+            self._row_outline = self.ax.add_patch(
+                Rectangle((-0.5, row - 0.5), cols, 1, fill=False, edgecolor=color, linewidth=2.5))
+        self._row_outline.set_y(row - 0.5)
+        self._row_outline.set_visible(True)
 
     def update(self, matrix, title: str | None = None) -> None:
         """Show new values (same shape) without rebuilding the axes."""
