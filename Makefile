@@ -35,7 +35,7 @@ test: setup
 # Re-execute every notebook in place to refresh its stored outputs (then review the diff).
 notebooks: setup
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
-	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False \
+	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	    $(NOTEBOOKS)
 
 # Drive JupyterLab in headless Chromium: Run All, move each slider, check the picture changes.

@@ -20,7 +20,7 @@ from matplotlib.figure import Figure
 
 from .plotting import figure_to_png
 
-__all__ = ["LiveFigure", "float_slider", "int_slider", "choice"]
+__all__ = ["LiveFigure", "float_slider", "int_slider", "steps_slider", "choice"]
 
 _STYLE = {"description_width": "initial"}
 _LAYOUT = widgets.Layout(width="420px")
@@ -37,6 +37,13 @@ def int_slider(description: str, value: int, min: int, max: int, step: int = 1) 
     """An int slider whose description is never clipped."""
     return widgets.IntSlider(value=value, min=min, max=max, step=step, description=description,
                              style=_STYLE, layout=_LAYOUT)
+
+
+def steps_slider(description: str, options, value=None) -> widgets.SelectionSlider:
+    """A slider over a few chosen values, e.g. powers of two for a dimension (one arrow key = one step)."""
+    options = list(options)
+    return widgets.SelectionSlider(options=options, value=options[0] if value is None else value,
+                                   description=description, style=_STYLE, layout=_LAYOUT)
 
 
 def choice(description: str, options, value=None) -> widgets.ToggleButtons:
@@ -67,7 +74,9 @@ class LiveFigure(widgets.VBox):
         if not controls:
             raise ValueError("controls must name at least one widget")
         self.fig, self.redraw, self.controls, self.dpi = fig, redraw, dict(controls), dpi
-        self.image = widgets.Image(format="png")
+        # Shown at the size it is rendered, never stretched to the width of the notebook.
+        width_px = round(fig.get_figwidth() * dpi)
+        self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{width_px}px", height="auto"))
         super().__init__(children=[*self.controls.values(), self.image])
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
