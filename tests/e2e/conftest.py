@@ -1,0 +1,260 @@
+"""Fixtures of the browser check: a JupyterLab server on a copy of the notebooks, and headless Chromium.
+
+These tests only run when asked for with ``-m e2e`` (``make e2e``). Under a plain ``pytest`` run
+(``make test``) they are collected but skipped at once: no server, no browser.
+
+Environment variables:
+    E2E_NOTEBOOK_DIR     notebooks to check (default: the repository's ``notebooks/``); copied, never modified.
+    E2E_SCREENSHOT_DIR   where screenshots go (default: a fresh temporary directory, printed).
+    E2E_CHROMIUM         browser executable (default: ``/usr/bin/chromium``, Debian's package).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+NOTEBOOK_DIR = Path(os.environ.get("E2E_NOTEBOOK_DIR", REPO / "notebooks")).resolve()
+CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+SERVER_START_TIMEOUT_S = 60
+
+# Lab settings (JUPYTERLAB_SETTINGS_DIR): no "Select Kernel" dialog, no news/update popup,
+# every cell in the DOM (no windowing), no autosave into the temporary copy.
+LAB_SETTINGS = {
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings":
+        {"autoStartDefaultKernel": True, "windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+        {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/docmanager-extension/plugin.jupyterlab-settings":
+        {"autosave": False},
+}
+
+
+# --------------------------------------------------------------------------- collection
+
+def live_figure_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
+    """Notebooks in ``directory`` with a code cell that builds a ``LiveFigure``."""
+    found = []
+    for path in sorted(directory.glob("*.ipynb")):
+        try:
+            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+        except (OSError, ValueError):
+            continue
+        for cell in cells:
+            source = cell.get("source", "")
+            source = "".join(source) if isinstance(source, list) else source
+            if cell.get("cell_type") == "code" and "LiveFigure(" in source:
+                found.append(path)
+                break
+    return found
+
+
+def pytest_generate_tests(metafunc):
+    if "live_notebook" in metafunc.fixturenames:
+        notebooks = live_figure_notebooks()
+        if notebooks:
+            metafunc.parametrize("live_notebook", notebooks, ids=[p.name for p in notebooks])
+        else:
+            metafunc.parametrize("live_notebook", [pytest.param(None, marks=pytest.mark.skip(
+                reason=f"no notebook with a LiveFigure in {NOTEBOOK_DIR}"))], ids=["no-live-notebook"])
+
+
+def _missing_requirement() -> str | None:
+    if importlib.util.find_spec("playwright") is None:
+        return "the playwright package is not installed (pip install -e '.[e2e]')"
+    if not (os.path.isfile(CHROMIUM) and os.access(CHROMIUM, os.X_OK)):
+        return f"no Chromium at {CHROMIUM} (apt-get install chromium; Playwright cannot download one here)"
+    if not _jupyter_executable().exists():
+        return f"no jupyter executable at {_jupyter_executable()}"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    ours = [item for item in items if here in Path(str(item.path)).parents]
+    if not ours:
+        return
+    if "e2e" not in (config.option.markexpr or ""):
+        reason = "browser check, not part of the default run: use `make e2e` (pytest tests/e2e -m e2e ...)"
+    else:
+        reason = _missing_requirement()
+    if reason:
+        for item in ours:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+# --------------------------------------------------------------------------- server
+
+def _jupyter_executable() -> Path:
+    beside_python = Path(sys.executable).with_name("jupyter")
+    return beside_python if beside_python.exists() else REPO / ".venv" / "bin" / "jupyter"
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def http_get(url: str, token: str | None = None, timeout: float = 5.0) -> tuple[int, dict, bytes]:
+    """GET without following redirects; returns (status, headers, body)."""
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def http_delete(url: str, token: str, timeout: float = 10.0) -> int:
+    request = urllib.request.Request(url, method="DELETE")
+    request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+@dataclass
+class LabServer:
+    url: str
+    token: str
+    root: Path
+    log: Path
+    pid: int
+
+    def api(self, path: str):
+        status, _, body = http_get(f"{self.url}{path}", self.token)
+        assert status == 200, f"GET {path}: HTTP {status}"
+        return json.loads(body)
+
+    def shutdown_kernels(self) -> None:
+        for session in self.api("/api/sessions"):
+            http_delete(f"{self.url}/api/sessions/{session['id']}", self.token)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """Stop the server by its PID (SIGTERM: it shuts its kernels down), then its own process group."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=5)
+    try:  # kernels left behind live in the group this fixture created (start_new_session)
+        os.killpg(process.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+@pytest.fixture(scope="session")
+def e2e_tmp():
+    path = Path(tempfile.mkdtemp(prefix="attention-e2e-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(e2e_tmp) -> Path:
+    path = Path(os.environ.get("E2E_SCREENSHOT_DIR") or tempfile.mkdtemp(prefix="attention-e2e-shots-"))
+    path.mkdir(parents=True, exist_ok=True)
+    print(f"\n[e2e] screenshots go to {path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab_server(e2e_tmp):
+    """JupyterLab on a temporary copy of the notebooks, token authentication on."""
+    reason = _missing_requirement()
+    if reason:
+        pytest.skip(reason)
+    root = e2e_tmp / "notebooks"
+    shutil.copytree(NOTEBOOK_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
+    env = dict(os.environ)
+    for name in ("JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR", "JUPYTER_RUNTIME_DIR",
+                 "JUPYTER_CONFIG_DIR"):
+        (e2e_tmp / name.lower()).mkdir()
+        env[name] = str(e2e_tmp / name.lower())
+    for relative, settings in LAB_SETTINGS.items():
+        target = e2e_tmp / "jupyterlab_settings_dir" / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(settings, indent=2), encoding="utf-8")
+
+    token, port = secrets.token_hex(24), _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = e2e_tmp / "jupyterlab.log"
+    command = [str(_jupyter_executable()), "lab", "--no-browser", "--allow-root",
+               "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(command, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        started = time.monotonic()
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"jupyter lab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+            try:
+                status, _, body = http_get(f"{url}/api/status", token, timeout=2)
+                if status == 200:
+                    json.loads(body)
+                    break
+            except (OSError, ValueError):
+                pass
+            if time.monotonic() - started > SERVER_START_TIMEOUT_S:
+                raise RuntimeError(f"jupyter lab did not answer within {SERVER_START_TIMEOUT_S} s:\n"
+                                   f"{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} "
+              f"(up in {time.monotonic() - started:.1f} s, log {log})")
+        yield LabServer(url=url, token=token, root=root, log=log, pid=process.pid)
+    finally:
+        _stop(process)
+
+
+# --------------------------------------------------------------------------- browser
+
+@pytest.fixture(scope="session")
+def lab_browser(e2e_tmp):
+    """A headless Chromium context (Debian's binary, driven by Playwright)."""
+    reason = _missing_requirement()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(e2e_tmp / "chromium-profile"), executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+            viewport={"width": 1400, "height": 1300})
+        try:
+            yield context
+        finally:
+            context.close()

@@ -1,0 +1,323 @@
+"""Browser check: open each notebook that has a LiveFigure in JupyterLab, Run All, move every control.
+
+For every LiveFigure (a ``.widget-vbox`` holding controls and an ``img.widget-image``) and every
+slider / toggle-button group in it, the picture must change (new PNG bytes behind the image) within
+5 s of the key press or click. The latency is printed. Screenshots before/after go to
+E2E_SCREENSHOT_DIR (see conftest.py). Run with ``make e2e``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
+IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
+LIVE_FIGURE = ".widget-vbox:has(> img.widget-image)"
+KERNEL_READY_TIMEOUT_MS = 60_000
+RUN_ALL_TIMEOUT_MS = 120_000
+PICTURE_TIMEOUT_MS = 5_000
+EXTRA_SLIDER_STEPS = 2  # after the timed first step
+# An error output without the word Traceback (e.g. SyntaxError) still has a line like "NameError: ...".
+ERROR_LINE = re.compile(r"^\s*\w*(Error|Exception|Interrupt)\b", re.M)
+
+# Watches one <img>: when the first input event (key/mouse) happens, when its src changes,
+# and when the new picture has loaded. performance.now() throughout, in ms.
+ARM_WATCH = """(img) => {
+  const st = {t0: null, tSrc: null, tLoad: null, startSrc: img.src};
+  const onInput = () => { if (st.t0 === null) st.t0 = performance.now(); };
+  document.addEventListener('keydown', onInput, true);
+  document.addEventListener('mousedown', onInput, true);
+  const onLoad = () => { if (st.tSrc !== null && st.tLoad === null) st.tLoad = performance.now(); };
+  img.addEventListener('load', onLoad);
+  const observer = new MutationObserver(() => {
+    if (st.tSrc === null && img.src !== st.startSrc) st.tSrc = performance.now();
+  });
+  observer.observe(img, {attributes: true, attributeFilter: ['src']});
+  st.stop = () => {
+    observer.disconnect();
+    img.removeEventListener('load', onLoad);
+    document.removeEventListener('keydown', onInput, true);
+    document.removeEventListener('mousedown', onInput, true);
+  };
+  window.__e2eWatch = st;
+}"""
+
+# SHA-256 of the bytes behind the image's (blob/data) URL, plus its natural size.
+IMAGE_DIGEST = """async (img) => {
+  const bytes = await (await fetch(img.src)).arrayBuffer();
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  const hex = Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
+  const box = img.getBoundingClientRect();
+  return {sha256: hex, bytes: bytes.byteLength, width: img.naturalWidth, height: img.naturalHeight,
+          shownWidth: Math.round(box.width), shownHeight: Math.round(box.height), src: img.src};
+}"""
+
+# Resolves once the image's src has not changed for `quiet` ms and the kernel is idle.
+WAIT_SETTLED = """async (img, [quiet, timeout]) => {
+  const t0 = performance.now();
+  let last = img.src, since = performance.now();
+  while (performance.now() - t0 < timeout) {
+    await new Promise(r => setTimeout(r, 50));
+    if (img.src !== last) { last = img.src; since = performance.now(); }
+    const panel = img.closest('.jp-NotebookPanel');
+    const idle = panel && panel.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
+    if (idle && img.complete && performance.now() - since >= quiet) return true;
+  }
+  return false;
+}"""
+
+# Records whether the notebook's execution indicator goes busy (set before Run All).
+ARM_BUSY = """() => {
+  window.__e2eSawBusy = false;
+  const check = () => {
+    if (document.querySelector(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook-ExecutionIndicator[data-status='busy']"))
+      window.__e2eSawBusy = true;
+  };
+  const observer = new MutationObserver(check);
+  observer.observe(document.body, {attributes: true, attributeFilter: ['data-status'], subtree: true,
+                                   childList: true});
+  window.__e2eBusyObserver = observer;
+}"""
+
+# After Run All: the kernel went busy, is idle again, and no cell is still queued ("[*]").
+RUN_ALL_DONE = """() => {
+  const panel = document.querySelector(".jp-NotebookPanel:not(.lm-mod-hidden)");
+  if (!panel || !window.__e2eSawBusy) return false;
+  if (!panel.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']")) return false;
+  const prompts = Array.from(panel.querySelectorAll('.jp-CodeCell .jp-InputArea-prompt'));
+  return !prompts.some(p => p.textContent.includes('*'));
+}"""
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-")[:40] or "control"
+
+
+def _stored_live_figure_outputs(notebook: Path) -> int:
+    """How many stored outputs are LiveFigures (widget view plus the fallback PNG)."""
+    count = 0
+    for cell in json.loads(notebook.read_text(encoding="utf-8"))["cells"]:
+        for output in cell.get("outputs", []):
+            data = output.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data and "image/png" in data:
+                count += 1
+    return count
+
+
+def _cells_allowed_to_raise(notebook: Path) -> set[int]:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return {i for i, cell in enumerate(cells) if "raises-exception" in cell.get("metadata", {}).get("tags", [])}
+
+
+def _problems_in_outputs(panel, allowed_to_raise: set[int]) -> list[str]:
+    """'Error displaying widget' anywhere, and tracebacks in cells not tagged raises-exception."""
+    problems = []
+    text = panel.inner_text()
+    if "Error displaying widget" in text:
+        problems.append("'Error displaying widget' is shown in the notebook")
+    cells = panel.locator(".jp-Notebook .jp-Cell")
+    for i in range(cells.count()):
+        for output in cells.nth(i).locator(
+                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all():
+            output_text = output.inner_text()
+            if "Traceback" in output_text or ERROR_LINE.search(output_text):
+                if i not in allowed_to_raise:
+                    problems.append(f"cell {i} shows an error output: {output_text[:500]!r}")
+            else:
+                print(f"[e2e]   note: cell {i} writes to stderr: {output_text[:200]!r}")
+    return problems
+
+
+def _kernel_state(lab_server, name: str) -> str | None:
+    """execution_state of the kernel of the session for notebook ``name`` (REST API), if any."""
+    for session in lab_server.api("/api/sessions"):
+        if session.get("path") == name and session.get("kernel"):
+            return session["kernel"].get("execution_state")
+    return None
+
+
+def _open_and_run_all(page, lab_server, name: str, shots: Path, stem: str):
+    page.goto(f"{lab_server.url}/lab/tree/{quote(name)}?reset&token={lab_server.token}")
+    panel = page.locator(PANEL)
+    panel.wait_for(state="visible", timeout=KERNEL_READY_TIMEOUT_MS)
+    started = time.monotonic()
+    while True:  # a "Select Kernel" dialog should not appear (autoStartDefaultKernel), but accept it if it does
+        dialog = page.locator(".jp-Dialog .jp-mod-accept")
+        if dialog.count():
+            print(f"[e2e]   accepting a dialog: {page.locator('.jp-Dialog').inner_text()[:200]!r}")
+            dialog.first.click()
+        if panel.locator(".jp-Notebook .jp-Cell").count() and panel.locator(IDLE).count() \
+                and _kernel_state(lab_server, name) == "idle":
+            break
+        assert time.monotonic() - started < KERNEL_READY_TIMEOUT_MS / 1000, "kernel never became idle"
+        time.sleep(0.2)
+    opened = panel.inner_text()
+    if "Error displaying widget" in opened:
+        print("[e2e]   note: before Run All the stored widget outputs show 'Error displaying widget' "
+              "(no kernel-side model yet)")
+    page.screenshot(path=str(shots / f"{stem}-0-opened.png"))
+
+    page.evaluate(ARM_BUSY)
+    started = time.monotonic()
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Run All Cells$")).click()
+    page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=100)
+    page.evaluate("() => window.__e2eBusyObserver.disconnect()")
+    print(f"[e2e]   Run All Cells finished in {time.monotonic() - started:.1f} s")
+    return panel
+
+
+def _wait_for_live_figures(panel, expected: int) -> int:
+    """Widget views render just after the kernel is idle: wait until their count is stable."""
+    figures, last, stable_since, deadline = panel.locator(LIVE_FIGURE), -1, time.monotonic(), time.monotonic() + 20
+    while time.monotonic() < deadline:
+        count = figures.count()
+        if count != last:
+            last, stable_since = count, time.monotonic()
+        ready = count >= max(expected, 1) and all(
+            figures.nth(i).locator(":scope > img.widget-image").get_attribute("src") for i in range(count))
+        if ready and time.monotonic() - stable_since > 0.5:
+            return count
+        time.sleep(0.1)
+    return figures.count()
+
+
+def _move_control(page, control, kind: str) -> str:
+    """Move a slider one step (ArrowRight, or ArrowLeft at its maximum) or click another toggle button.
+
+    Returns a description of what was done. Must trigger exactly one value change.
+    """
+    if kind == "slider":
+        handle = control.locator(".noUi-handle").first
+        now, top = handle.get_attribute("aria-valuenow"), handle.get_attribute("aria-valuemax")
+        key = "ArrowLeft" if now is not None and top is not None and float(now) >= float(top) else "ArrowRight"
+        handle.focus()
+        page.keyboard.press(key)
+        return key
+    buttons = control.locator("button")
+    for i in range(buttons.count()):
+        button = buttons.nth(i)
+        if "mod-active" not in (button.get_attribute("class") or ""):
+            label = button.inner_text().strip()
+            button.click()
+            return f"click {label!r}"
+    raise AssertionError("toggle buttons have no inactive option to click")
+
+
+def _readout(control, kind: str) -> str:
+    if kind == "slider":
+        return control.locator(".widget-readout").first.inner_text().strip()
+    return control.locator("button.mod-active").first.inner_text().strip()
+
+
+def test_lab_server_requires_the_token(lab_server):
+    """Token authentication is on: the API refuses requests without it, the UI sends them to /login."""
+    from .conftest import http_get
+
+    status, _, _ = http_get(f"{lab_server.url}/api/contents")
+    assert status == 403, f"/api/contents without token: HTTP {status}, expected 403"
+    status, _, _ = http_get(f"{lab_server.url}/api/contents", token="not-the-token")
+    assert status == 403, f"/api/contents with a wrong token: HTTP {status}, expected 403"
+    status, headers, _ = http_get(f"{lab_server.url}/lab")
+    location = headers.get("Location", "")
+    assert status in (302, 303) and "/login" in location, f"/lab without token: HTTP {status} -> {location!r}"
+    status, _, body = http_get(f"{lab_server.url}/api/contents", token=lab_server.token)
+    assert status == 200 and json.loads(body)["type"] == "directory", f"/api/contents with token: HTTP {status}"
+    print(f"\n[e2e] without token: /api/contents -> 403, /lab -> {location}; with token: 200")
+
+
+def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_browser, screenshot_dir):
+    name = live_notebook.name
+    stem = live_notebook.stem
+    copy = lab_server.root / name
+    print(f"\n[e2e] {name}")
+    page = lab_browser.new_page()
+    console_errors: list[str] = []
+    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: console_errors.append(f"pageerror: {error}"))
+    page.set_default_timeout(15_000)
+    problems: list[str] = []
+    latencies: list[str] = []
+    try:
+        panel = _open_and_run_all(page, lab_server, name, screenshot_dir, stem)
+        problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
+
+        expected = _stored_live_figure_outputs(copy)
+        count = _wait_for_live_figures(panel, expected)
+        print(f"[e2e]   {count} LiveFigure(s) rendered ({expected} in the stored outputs)")
+        assert count >= 1, f"{name}: no LiveFigure rendered after Run All"
+        if expected:
+            assert count == expected, f"{name}: {count} LiveFigures rendered, the stored notebook has {expected}"
+        page.screenshot(path=str(screenshot_dir / f"{stem}-1-after-run-all.png"))
+
+        for f in range(count):
+            figure = panel.locator(LIVE_FIGURE).nth(f)
+            image = figure.locator(":scope > img.widget-image")
+            controls = ([("slider", c) for c in figure.locator(".widget-hslider").all()]
+                        + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()])
+            assert controls, f"{name}: LiveFigure #{f} has no slider or toggle buttons"
+            for c, (kind, control) in enumerate(controls):
+                label = control.locator(".widget-label").first.inner_text().strip() if control.locator(
+                    ".widget-label").count() else f"{kind}{c}"
+                where = f"{name} figure #{f} control {label!r}"
+                figure.scroll_into_view_if_needed()
+                before = image.evaluate(IMAGE_DIGEST)
+                value_before = _readout(control, kind)
+                shot = screenshot_dir / f"{stem}-fig{f}-{c}-{_slug(label)}"
+                figure.screenshot(path=f"{shot}-before.png")
+
+                image.evaluate(ARM_WATCH)
+                action = _move_control(page, control, kind)
+                try:
+                    page.wait_for_function("() => window.__e2eWatch.tLoad !== null", timeout=PICTURE_TIMEOUT_MS,
+                                           polling="raf")
+                except Exception:
+                    problems.append(f"{where}: picture did not change within {PICTURE_TIMEOUT_MS} ms "
+                                    f"after {action} (value {value_before!r} -> {_readout(control, kind)!r})")
+                    page.evaluate("() => window.__e2eWatch.stop()")
+                    figure.screenshot(path=f"{shot}-after.png")
+                    continue
+                watch = page.evaluate("() => { const w = window.__e2eWatch; w.stop(); "
+                                      "return {t0: w.t0, tSrc: w.tSrc, tLoad: w.tLoad}; }")
+                if kind == "slider":  # a couple more steps, so that the after-screenshot differs clearly
+                    for _ in range(EXTRA_SLIDER_STEPS):
+                        page.keyboard.press(action)
+                assert image.evaluate(WAIT_SETTLED, [400, 10_000]), \
+                    f"{where}: picture kept changing / kernel busy 10 s after {action}"
+                after = image.evaluate(IMAGE_DIGEST)
+                value_after = _readout(control, kind)
+                figure.screenshot(path=f"{shot}-after.png")
+                src_ms, shown_ms = watch["tSrc"] - watch["t0"], watch["tLoad"] - watch["t0"]
+                line = (f"{where}: {action}, value {value_before!r} -> {value_after!r}: new src after "
+                        f"{src_ms:.0f} ms, picture loaded after {shown_ms:.0f} ms "
+                        f"(PNG {before['width']}x{before['height']} px shown at {before['shownWidth']}x"
+                        f"{before['shownHeight']} CSS px, {before['bytes']} -> {after['bytes']} bytes)")
+                print(f"[e2e]   {line}")
+                print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
+                latencies.append(line)
+                if value_after == value_before:
+                    problems.append(f"{where}: {action} did not change the control's value ({value_before!r})")
+                if after["sha256"] == before["sha256"]:
+                    problems.append(f"{where}: the image was replaced by identical PNG bytes after {action}")
+                if shown_ms >= PICTURE_TIMEOUT_MS:
+                    problems.append(f"{where}: picture took {shown_ms:.0f} ms (>= {PICTURE_TIMEOUT_MS} ms)")
+
+        page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
+        problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
+    finally:
+        if console_errors:
+            print(f"[e2e]   browser console errors ({len(console_errors)}):")
+            for text in console_errors[:10]:
+                print(f"[e2e]     {text[:300]}")
+        page.close()
+        lab_server.shutdown_kernels()
+    print(f"[e2e]   {name}: {len(latencies)} control(s) changed the picture, {len(problems)} problem(s)")
+    assert not problems, "\n".join(problems)
