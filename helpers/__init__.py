@@ -15,5 +15,7 @@ from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .tasks import *  # noqa: F401,F403
+from .tasks import __all__ as _tasks_all
 
-__all__ = [*_attention_all, *_data_all, *_device_all, *_masks_all, *_modules_all]
+__all__ = [*_attention_all, *_data_all, *_device_all, *_masks_all, *_modules_all, *_tasks_all]
