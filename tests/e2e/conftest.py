@@ -1,5 +1,8 @@
 """Fixtures of the browser check: a JupyterLab server on a copy of the notebooks, and headless Chromium.
 
+Test parameters: ``live_notebook`` (each notebook that builds a LiveFigure) and ``slider_notebook``
+(those whose code also builds a slider).
+
 These tests only run when asked for with ``-m e2e`` (``make e2e``). Under a plain ``pytest`` run
 (``make test``) they are collected but skipped at once: no server, no browser.
 
@@ -14,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -50,31 +54,58 @@ LAB_SETTINGS = {
 
 # --------------------------------------------------------------------------- collection
 
-def live_figure_notebooks(directory: Path = NOTEBOOK_DIR) -> list[Path]:
-    """Notebooks in ``directory`` with a code cell that builds a ``LiveFigure``."""
+# A slider built by the course helpers (float_slider, int_slider, steps_slider) or by ipywidgets
+# directly (FloatSlider, IntSlider, SelectionSlider, ...).
+SLIDER_CALL = re.compile(r"\b(?:float_slider|int_slider|steps_slider|\w*Slider)\(")
+
+
+def _code_sources(path: Path) -> list[str]:
+    """Source of each code cell of the notebook at ``path`` ([] if it cannot be read)."""
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return []
+    sources = []
+    for cell in cells:
+        if cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            sources.append("".join(source) if isinstance(source, list) else source)
+    return sources
+
+
+def live_figure_notebooks(directory: Path = NOTEBOOK_DIR, *, with_slider: bool = False) -> list[Path]:
+    """Notebooks in ``directory`` with a code cell that builds a ``LiveFigure``.
+
+    With ``with_slider``, only those whose code also builds a slider (checked again in the browser:
+    the test fails if no rendered LiveFigure of such a notebook has one).
+    """
     found = []
     for path in sorted(directory.glob("*.ipynb")):
-        try:
-            cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
-        except (OSError, ValueError):
+        sources = _code_sources(path)
+        if not any("LiveFigure(" in source for source in sources):
             continue
-        for cell in cells:
-            source = cell.get("source", "")
-            source = "".join(source) if isinstance(source, list) else source
-            if cell.get("cell_type") == "code" and "LiveFigure(" in source:
-                found.append(path)
-                break
+        if with_slider and not any(SLIDER_CALL.search(source) for source in sources):
+            continue
+        found.append(path)
     return found
 
 
+# fixture name -> (which notebooks, what the skip says when there are none)
+_NOTEBOOK_PARAMETERS = {
+    "live_notebook": (lambda: live_figure_notebooks(), "no notebook with a LiveFigure"),
+    "slider_notebook": (lambda: live_figure_notebooks(with_slider=True), "no notebook with a LiveFigure and a slider"),
+}
+
+
 def pytest_generate_tests(metafunc):
-    if "live_notebook" in metafunc.fixturenames:
-        notebooks = live_figure_notebooks()
-        if notebooks:
-            metafunc.parametrize("live_notebook", notebooks, ids=[p.name for p in notebooks])
-        else:
-            metafunc.parametrize("live_notebook", [pytest.param(None, marks=pytest.mark.skip(
-                reason=f"no notebook with a LiveFigure in {NOTEBOOK_DIR}"))], ids=["no-live-notebook"])
+    for fixture, (discover, what) in _NOTEBOOK_PARAMETERS.items():
+        if fixture in metafunc.fixturenames:
+            notebooks = discover()
+            if notebooks:
+                metafunc.parametrize(fixture, notebooks, ids=[p.name for p in notebooks])
+            else:
+                metafunc.parametrize(fixture, [pytest.param(None, marks=pytest.mark.skip(
+                    reason=f"{what} in {NOTEBOOK_DIR}"))], ids=[f"no-{fixture.replace('_', '-')}"])
 
 
 def _missing_requirement() -> str | None:
