@@ -136,6 +136,15 @@ def _problems_in_outputs(panel, allowed_to_raise: set[int]) -> list[str]:
     return problems
 
 
+def _close_page(page, lab_server, console_errors: list[str]) -> None:
+    """Report the browser console's errors, close the tab and stop its kernels."""
+    if console_errors:
+        print(f"[e2e]   browser console errors ({len(console_errors)}):")
+        for text in console_errors[:10]:
+            print(f"[e2e]     {text[:300]}")
+    page.close()
+    lab_server.shutdown_kernels()
+
 def _kernel_state(lab_server, name: str) -> str | None:
     """execution_state of the kernel of the session for notebook ``name`` (REST API), if any."""
     for session in lab_server.api("/api/sessions"):
@@ -313,11 +322,6 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_brows
         page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
     finally:
-        if console_errors:
-            print(f"[e2e]   browser console errors ({len(console_errors)}):")
-            for text in console_errors[:10]:
-                print(f"[e2e]     {text[:300]}")
-        page.close()
-        lab_server.shutdown_kernels()
+        _close_page(page, lab_server, console_errors)
     print(f"[e2e]   {name}: {len(latencies)} control(s) changed the picture, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems)

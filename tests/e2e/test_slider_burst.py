@@ -24,6 +24,7 @@ import time
 import pytest
 
 from .test_notebooks_in_lab import (
+    _close_page,
     IMAGE_DIGEST, LIVE_FIGURE, WAIT_SETTLED, _cells_allowed_to_raise, _kernel_state, _open_and_run_all,
     _problems_in_outputs, _readout, _stored_live_figure_outputs, _wait_for_live_figures)
 
@@ -322,10 +323,5 @@ def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_server, la
             _step_away_and_back(page, handle, image, readout, f"{where} (drag)", problems)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
     finally:
-        if console_errors:
-            print(f"[e2e]   browser console errors ({len(console_errors)}):")
-            for text in console_errors[:10]:
-                print(f"[e2e]     {text[:300]}")
-        page.close()
-        lab_server.shutdown_kernels()
+        _close_page(page, lab_server, console_errors)
     assert not problems, "\n".join(problems)
