@@ -15,7 +15,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-__all__ = ["CourseFigure", "Heatmap", "new_figure", "plot_heatmap", "figure_to_png"]
+__all__ = ["CourseFigure", "Heatmap", "Bars", "new_figure", "plot_heatmap", "figure_to_png"]
 
 
 def _as_matrix(name: str, matrix) -> torch.Tensor:
@@ -31,6 +31,19 @@ def _as_matrix(name: str, matrix) -> torch.Tensor:
     return matrix
 
 
+def _as_vector(name: str, values) -> torch.Tensor:
+    if isinstance(values, torch.Tensor):
+        values = values.detach().to("cpu", torch.float32)
+    else:
+        try:
+            values = torch.as_tensor(values, dtype=torch.float32)
+        except (TypeError, ValueError) as error:
+            raise TypeError(f"{name} must be a 1-d tensor or list of numbers ({error})") from None
+    if values.dim() != 1 or len(values) == 0:
+        raise ValueError(f"{name} must be 1-d and non-empty, got shape {tuple(values.shape)}")
+    return values
+
+
 class CourseFigure(Figure):
     """A matplotlib ``Figure`` that displays itself as a PNG when a notebook cell ends with it.
 
@@ -41,10 +54,13 @@ class CourseFigure(Figure):
         return figure_to_png(self)
 
 
-def new_figure(width: float = 5.0, height: float = 4.2, ncols: int = 1) -> CourseFigure:
-    """A fresh :class:`CourseFigure` with ``ncols`` axes side by side."""
+def new_figure(width: float = 5.0, height: float = 4.2, ncols: int = 1, nrows: int = 1) -> CourseFigure:
+    """A fresh :class:`CourseFigure` with a grid of ``nrows`` x ``ncols`` axes (``fig.axes``, row by row)."""
+    for name, count in (("ncols", ncols), ("nrows", nrows)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ValueError(f"{name} must be a positive int, got {count!r}")
     fig = CourseFigure(figsize=(width, height), layout="constrained")
-    fig.subplots(1, ncols)
+    fig.subplots(nrows, ncols)
     return fig
 
 
@@ -126,6 +142,66 @@ class Heatmap:
             low, high = float(data.min()), float(data.max())
             self.image.set_clim(vmin if vmin is not None else low, vmax if vmax is not None else high)
         self._write_values(data)
+        if title is not None:
+            self.ax.set_title(title)
+
+
+class Bars:
+    """A labelled bar chart on an existing ``Axes`` that can be redrawn in place.
+
+    Args:
+        ax: where to draw.
+        values: one number per bar (1-d tensor or list), e.g. one row of attention weights.
+        labels: one label per bar (token strings).
+        title, xlabel, ylabel: text around the chart.
+        ylim: fixed ``(low, high)`` of the value axis; ``None`` fits the data (and zero) on every update.
+        color, highlight_color: bar colours; :meth:`update` can paint one bar in ``highlight_color``.
+        annotate: write each value above its bar with ``fmt``.
+        reference: draw a dashed horizontal line at this value (e.g. uniform weights 1/T).
+    """
+
+    def __init__(self, ax: Axes, values, labels: Sequence[str], *, title: str = "", xlabel: str = "key token",
+                 ylabel: str = "", ylim: tuple[float, float] | None = None, color: str = "tab:blue",
+                 highlight_color: str = "tab:red", annotate: bool = False, fmt: str = "{:.2f}",
+                 reference: float | None = None):
+        data = _as_vector("values", values)
+        if len(labels) != len(data):
+            raise ValueError(f"labels must have {len(data)} entries to match values, got {len(labels)}")
+        self.ax, self.fmt, self.ylim = ax, fmt, ylim
+        self.color, self.highlight_color = color, highlight_color
+        self.bars = list(ax.bar(range(len(data)), data.tolist(), color=color))
+        ax.set_xticks(range(len(data)), labels=list(labels), rotation=45, ha="right", rotation_mode="anchor")
+        ax.axhline(0, color="black", linewidth=0.8)
+        if reference is not None:
+            ax.axhline(reference, color="gray", linestyle="--", linewidth=1)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        self.texts = [ax.text(bar.get_x() + bar.get_width() / 2, 0, "", ha="center", va="bottom", fontsize=9)
+                      for bar in self.bars] if annotate else None
+        self.update(data)
+
+    def update(self, values, title: str | None = None, highlight: int | None = None) -> None:
+        """Show new values (same number of bars); ``highlight`` paints that bar in the highlight colour."""
+        data = _as_vector("values", values)
+        if len(data) != len(self.bars):
+            raise ValueError(f"values must keep {len(self.bars)} entries, got {len(data)}")
+        if highlight is not None and not 0 <= highlight < len(self.bars):
+            raise ValueError(f"highlight must be in [0, {len(self.bars)}), got {highlight}")
+        heights = data.tolist()
+        for index, (bar, height) in enumerate(zip(self.bars, heights)):
+            bar.set_height(height)
+            bar.set_color(self.highlight_color if index == highlight else self.color)
+        if self.texts is not None:
+            for text, height in zip(self.texts, heights):
+                text.set_y(max(height, 0.0))
+                text.set_text(self.fmt.format(height))
+        if self.ylim is not None:
+            self.ax.set_ylim(*self.ylim)
+        else:  # room for the tallest bar either side of zero; zero always shows
+            low, high = min(0.0, min(heights)), max(0.0, max(heights))
+            pad = 0.15 * (high - low) + 0.05
+            self.ax.set_ylim(low - (pad if low < 0 else 0.0), high + pad)
         if title is not None:
             self.ax.set_title(title)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers.exercises import Exercise
-from helpers.plotting import Heatmap, figure_to_png, new_figure, plot_heatmap
+from helpers.plotting import Bars, Heatmap, figure_to_png, new_figure, plot_heatmap
 from helpers.widgets import LiveFigure, choice, int_slider
 
 TOKENS = ["a", "b", "c"]
@@ -109,3 +109,28 @@ def test_exercise_checks_and_reveals_on_request(capsys):
     assert capsys.readouterr().out == ""  # nothing revealed until asked
     exercise.solution()
     assert "x + y" in capsys.readouterr().out
+
+
+def test_new_figure_grid_and_bad_counts():
+    assert len(new_figure(8, 6, ncols=3, nrows=2).axes) == 6
+    with pytest.raises(ValueError, match="nrows"):
+        new_figure(nrows=0)
+
+
+def test_bars_update_in_place_and_highlight():
+    fig = new_figure()
+    bars = Bars(fig.axes[0], [0.2, 0.5, 0.3], TOKENS, annotate=True, ylim=(0, 1))
+    bars.update(torch.tensor([0.1, 0.1, 0.8]), title="new", highlight=2)
+    assert [round(b.get_height(), 3) for b in bars.bars] == [0.1, 0.1, 0.8]
+    assert bars.texts[2].get_text() == "0.80"
+    assert bars.bars[2].get_facecolor() != bars.bars[0].get_facecolor()
+    assert fig.axes[0].get_title() == "new"
+    free = Bars(new_figure().axes[0], [-2.0, 1.0, 3.0], TOKENS)
+    low, high = free.ax.get_ylim()
+    assert low < -2.0 and high > 3.0
+    with pytest.raises(ValueError, match="values must keep 3"):
+        bars.update([1.0, 2.0])
+    with pytest.raises(ValueError, match="labels"):
+        Bars(new_figure().axes[0], [1.0, 2.0], TOKENS)
+    with pytest.raises(ValueError, match="highlight"):
+        bars.update([1.0, 2.0, 3.0], highlight=5)
