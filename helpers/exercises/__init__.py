@@ -1,0 +1,29 @@
+"""Exercises with automatic checks, one module per notebook.
+
+In a notebook::
+
+    from helpers.exercises import lesson02
+    lesson02.stable_softmax.describe()     # the task
+    lesson02.stable_softmax.check(my_fn)   # run your function on test inputs, explain the first problem
+    lesson02.stable_softmax.hint()         # a nudge
+    lesson02.stable_softmax.solution()     # a model answer, only when you ask for it
+
+The checkers live in :mod:`helpers.exercises.core`; the model answers live in the lesson
+modules, away from the notebooks, so they are not seen by scrolling.
+"""
+
+from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06
+from ._value import CheckResult, Exercise
+from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug
+
+__all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Exercise", "CheckResult",
+           "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "all_exercises"]
+
+
+def all_exercises() -> dict[str, FunctionExercise]:
+    """Every exercise of the course, as ``{"lesson02.stable_softmax": exercise}`` in course order."""
+    found = {}
+    for lesson in (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06):
+        for name in lesson.__all__:
+            found[f"{lesson.__name__.rsplit('.', 1)[1]}.{name}"] = getattr(lesson, name)
+    return found

@@ -1,0 +1,311 @@
+"""The checker behind every exercise: run the learner's function, compare, explain the first problem.
+
+A :class:`FunctionExercise` asks the learner to write a function. :meth:`~FunctionExercise.check`
+calls it on fresh inputs drawn from a fixed seed (so the feedback is the same every run),
+including edge cases, and compares each result with a reference from the course's canonical
+code. It stops at the first problem and says what it is, most basic first:
+
+1. the function is still the placeholder (``raise NotImplementedError``): "not done yet" and a hint;
+2. it raised an error: which error, on which inputs;
+3. its result matches a *known mistake* (e.g. softmax over the wrong dimension): that mistake is named;
+4. it returned the wrong kind of thing, or a tensor of the wrong shape, or the wrong dtype;
+5. it returned ``nan`` where the answer is a number;
+6. it reads a tensor or number from the notebook's globals, or returned the same values for
+   different inputs: it is not computing from its own arguments;
+7. otherwise, the first position that differs, with both values.
+
+A :class:`SpotTheBug` is an exercise that starts from buggy code (shown by :meth:`SpotTheBug.show`);
+the bug itself is one of its known mistakes, so handing it in unchanged names the bug.
+Exercises whose answer is random (dropout) pass ``properties``: after the shape and dtype
+checks against the reference, that function judges the answer by what must hold for any draw
+(which values may appear, their scale, the fraction dropped) instead of comparing values.
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import re
+import textwrap
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+__all__ = ["Case", "Mistake", "Feedback", "FunctionExercise", "SpotTheBug"]
+
+
+@dataclass
+class Case:
+    """One set of inputs: ``fn(*args, **kwargs)``, described in words for the feedback."""
+
+    description: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+    def fresh_args(self) -> tuple[tuple, dict]:
+        """Copies of the inputs, so a function that changes its inputs in place cannot spoil the next call."""
+        def copy(value):
+            return value.clone() if isinstance(value, torch.Tensor) else value
+        return tuple(copy(a) for a in self.args), {k: copy(v) for k, v in self.kwargs.items()}
+
+
+@dataclass
+class Mistake:
+    """A known wrong answer, written as code, and what to tell a learner whose output matches it."""
+
+    function: Callable
+    message: str
+
+
+class Feedback:
+    """What :meth:`FunctionExercise.check` found. Truthy only when the answer is right.
+
+    ``status`` is ``"correct"``, ``"not done"`` or ``"wrong"``; the notebook shows ``message``.
+    """
+
+    def __init__(self, status: str, message: str):
+        self.status, self.message = status, message
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "correct"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def __repr__(self) -> str:
+        return self.message
+
+
+def _as_tuple(value) -> tuple:
+    return value if isinstance(value, tuple) else (value,)
+
+
+def _describe(value) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} ({value.dtype})"
+    name = type(value).__name__
+    return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+
+
+def _position_text(index: tuple[int, ...]) -> str:
+    if len(index) == 2:
+        return f"row {index[0]}, column {index[1]}"
+    if len(index) == 1:
+        return f"position {index[0]}"
+    return "index [" + ", ".join(map(str, index)) + "]"
+
+
+def _globals_read(function) -> list[str]:
+    """Names of tensors or numbers that ``function`` reads from its module's globals (the notebook)."""
+    code, namespace = getattr(function, "__code__", None), getattr(function, "__globals__", {})
+    if code is None:
+        return []
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    return sorted(name for name in names if isinstance(namespace.get(name), (torch.Tensor, int, float))
+                  and not isinstance(namespace.get(name), bool))
+
+
+class FunctionExercise:
+    """An exercise whose answer is a function.
+
+    Args:
+        title: short name used in every message.
+        task: one sentence saying what the function must do (shown by :meth:`describe`).
+        reference: the right answer, usually the course's canonical helper; called with the same inputs.
+        cases: ``cases(generator) -> list[Case]``; the generator is seeded with ``seed`` on every check.
+        hint: a nudge tied to the lesson.
+        solution: a function written the way a learner would; :meth:`solution` prints its source.
+        mistakes: known wrong answers, each with the message that names the problem.
+        atol, rtol: tolerances for the value comparison.
+        seed: seed of the inputs.
+        properties: for random answers, ``properties(got, case, function) -> problem or None`` replaces the
+            value comparison (``got`` is the learner's result, ``case`` holds the inputs, ``function`` may be
+            called again, e.g. to see that a second draw differs).
+    """
+
+    def __init__(self, title: str, task: str, reference: Callable, cases: Callable[[torch.Generator], list[Case]],
+                 hint: str, solution: Callable, mistakes: Sequence[Mistake] = (), *,
+                 atol: float = 1e-5, rtol: float = 1e-4, seed: int = 0,
+                 properties: Callable[[object, Case, Callable], str | None] | None = None):
+        for name, value in (("reference", reference), ("cases", cases), ("solution", solution)):
+            if not callable(value):
+                raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+        self.title, self.task, self.reference, self.cases = title, task, reference, cases
+        self._hint, self._solution, self.mistakes = hint, solution, list(mistakes)
+        self.atol, self.rtol, self.seed, self.properties = atol, rtol, seed, properties
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.title!r})"
+
+    # --- what the learner calls -------------------------------------------------------------
+    def describe(self) -> None:
+        """Print the task."""
+        print(f"{self.title}: {self.task}")
+
+    def hint(self) -> None:
+        """Print a nudge towards the answer."""
+        print(f"Hint ({self.title}): {self._hint}")
+
+    def solution(self) -> None:
+        """Print a model answer. Try first: the checker tells you what is wrong, step by step."""
+        print(f"A model answer for {self.title}:\n")
+        source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
+        print(re.sub(r"^def _solution_", "def ", source))  # shown under the name the task asks for
+
+    def check(self, function) -> Feedback:
+        """Run ``function`` on every case and report the first problem, or that it is correct."""
+        if not callable(function):
+            return self._wrong(f"expected a function, got {_describe(function)}. Pass the function itself "
+                               f"(its name, without brackets).")
+        cases = self.cases(torch.Generator().manual_seed(self.seed))
+        previous: list[tuple[Case, tuple, tuple]] = []
+        for case in cases:
+            args, kwargs = case.fresh_args()
+            try:
+                got = function(*args, **kwargs)
+            except NotImplementedError:
+                return Feedback("not done", f"⏳ {self.title}: not done yet. Replace the line "
+                                            f"`raise NotImplementedError` with your code and run the cell again.\n"
+                                            f"   Hint: {self._hint}")
+            except Exception as error:  # the learner's code failed: say where, not a traceback
+                return self._wrong(f"on {case.description}, your function raised "
+                                   f"{type(error).__name__}: {error}")
+            args, kwargs = case.fresh_args()
+            with torch.random.fork_rng(devices=[]):  # a random reference must not move the learner's stream
+                expected = self.reference(*args, **kwargs)
+            problem = self._compare(_as_tuple(got), _as_tuple(expected), case, previous, function)
+            if problem:
+                return self._wrong(f"on {case.description}, {problem}")
+            previous.append((case, _as_tuple(got), _as_tuple(expected)))
+        return Feedback("correct", f"✅ {self.title}: correct on all {len(cases)} test inputs "
+                                   f"({', '.join(c.description for c in cases)}).")
+
+    # --- comparison ---------------------------------------------------------------------------
+    def _wrong(self, problem: str) -> Feedback:
+        return Feedback("wrong", f"❌ {self.title}: {problem}\n   Hint: {self._hint}")
+
+    def _compare(self, got: tuple, expected: tuple, case: Case, previous, function) -> str | None:
+        if self._all_close(got, expected):
+            return None
+        # A known mistake is named before anything else: its message is the most precise one we have.
+        for mistake in self.mistakes:
+            if self._matches(mistake, got, case):
+                return mistake.message
+        if len(got) != len(expected):
+            return f"your function returned {len(got)} value(s), expected {len(expected)}."
+        for position, (answer, right) in enumerate(zip(got, expected)):
+            which = f"output {position + 1}: " if len(expected) > 1 else ""
+            problem = self._compare_one(answer, right)
+            if problem:
+                return which + problem
+        if self.properties is not None:
+            return self.properties(got if len(got) > 1 else got[0], case, function)
+        outside = _globals_read(function)
+        if outside:
+            names = ", ".join(f"`{name}`" for name in outside)
+            return (f"the values are wrong, and your function reads {names} from outside it (a global of the "
+                    f"notebook). Use its arguments and the values it computes itself instead.")
+        repeat = self._same_as_before(got, expected, previous)
+        if repeat:
+            return repeat
+        return self._first_difference(got, expected)
+
+    def _compare_one(self, answer, right) -> str | None:
+        if not isinstance(right, torch.Tensor):
+            if isinstance(answer, torch.Tensor) or not isinstance(answer, type(right)):
+                return f"expected {_describe(right)}, got {_describe(answer)}."
+            return None
+        if not isinstance(answer, torch.Tensor):
+            return f"expected {_describe(right)}, got {_describe(answer)}."
+        if answer.shape != right.shape:
+            return (f"your result has shape {tuple(answer.shape)}, the expected shape is {tuple(right.shape)}. "
+                    f"Check which dimensions you multiply, sum or keep.")
+        if (answer.dtype == torch.bool) != (right.dtype == torch.bool):
+            return f"your result has dtype {answer.dtype}, expected {right.dtype}."
+        if right.dtype != torch.bool:
+            answer = answer.detach().to("cpu", torch.float64)
+            right = right.detach().to("cpu", torch.float64)
+            bad = torch.isnan(answer) & ~torch.isnan(right)
+            if bool(bad.any()):
+                index = tuple(int(i) for i in bad.nonzero()[0])
+                return (f"your result is nan at {_position_text(index)} where the answer is "
+                        f"{float(right[index]):.4f}. nan usually comes from inf - inf or 0/0 (e.g. exp overflow, "
+                        f"or a softmax over a row that is all -inf).")
+        return None
+
+    def _close(self, answer: torch.Tensor, right: torch.Tensor) -> bool:
+        if (right.dtype == torch.bool) != (answer.dtype == torch.bool):
+            return False
+        if right.dtype == torch.bool:
+            return answer.shape == right.shape and bool(torch.equal(answer, right))
+        answer = answer.detach().to("cpu", torch.float64)
+        right = right.detach().to("cpu", torch.float64)
+        return answer.shape == right.shape and bool(torch.allclose(answer, right, rtol=self.rtol, atol=self.atol,
+                                                                    equal_nan=True))
+
+    def _all_close(self, got: tuple, expected: tuple) -> bool:
+        if len(got) != len(expected):
+            return False
+        return all(isinstance(a, torch.Tensor) and self._close(a, b) if isinstance(b, torch.Tensor)
+                   else (not isinstance(a, torch.Tensor) and a == b) for a, b in zip(got, expected))
+
+    def _same_as_before(self, got: tuple, expected: tuple, previous) -> str | None:
+        for earlier_case, earlier_got, earlier_expected in previous:
+            if self._all_close(got, earlier_got) and not self._all_close(expected, earlier_expected):
+                return (f"your function returned exactly what it returned for {earlier_case.description}, "
+                        f"although the inputs differ. Does it read a variable from the notebook (a global) "
+                        f"instead of its own arguments or the values it just computed?")
+        return None
+
+    def _matches(self, mistake: Mistake, got: tuple, case: Case) -> bool:
+        args, kwargs = case.fresh_args()
+        try:
+            wrong = _as_tuple(mistake.function(*args, **kwargs))
+        except Exception:  # a mistake that crashes on this case cannot be what the learner wrote
+            return False
+        return len(wrong) == len(got) and self._all_close(got, wrong)
+
+    def _first_difference(self, got: tuple, expected: tuple) -> str:
+        for position, (answer, right) in enumerate(zip(got, expected)):
+            which = f" of output {position + 1}" if len(expected) > 1 else ""
+            if not isinstance(right, torch.Tensor):
+                if answer != right:
+                    return f"you returned {answer!r}{which}, expected {right!r}."
+                continue
+            if self._close(answer, right):
+                continue
+            if right.dtype == torch.bool:
+                index = tuple(int(i) for i in (answer.bool() != right).nonzero()[0])
+            else:
+                a64, r64 = answer.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
+                far = (a64 - r64).abs() > self.atol + self.rtol * r64.abs()
+                far |= torch.isnan(a64) != torch.isnan(r64)
+                index = tuple(int(i) for i in far.nonzero()[0])
+            value, want = answer[index].item(), right[index].item()
+            shown = (lambda v: repr(v)) if right.dtype == torch.bool else (lambda v: f"{v:.4f}")
+            return (f"the shape is right but the values are not: at {_position_text(index)}{which} you have "
+                    f"{shown(value)}, the answer is {shown(want)}.")
+        return "the values differ from the answer."  # only reachable if tolerances disagree
+
+
+class SpotTheBug(FunctionExercise):
+    """An exercise that starts from buggy code: find the bug, write the fixed function.
+
+    Args:
+        buggy: the buggy function (also added as the first known mistake, with ``bug_message``).
+        bug_message: what the checker says when the learner's function still has that bug.
+        Everything else as :class:`FunctionExercise`.
+    """
+
+    def __init__(self, title: str, task: str, reference: Callable, cases, hint: str, solution: Callable,
+                 buggy: Callable, bug_message: str, mistakes: Sequence[Mistake] = (), **options):
+        super().__init__(title, task, reference, cases, hint, solution,
+                         [Mistake(buggy, bug_message), *mistakes], **options)
+        self.buggy = buggy
+
+    def show(self) -> None:
+        """Print the buggy code to start from."""
+        print(f"{self.title}: this code runs without an error, yet its answer is wrong.\n")
+        print(textwrap.dedent(inspect.getsource(self.buggy)).rstrip())
