@@ -85,6 +85,7 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     training: bool = True,
+    fully_masked_rows: str = "raise",
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``softmax(Q K^T / sqrt(d_k)) V``, returning the context vectors and the weights.
 
@@ -99,11 +100,20 @@ def scaled_dot_product_attention(
         dropout_p: probability of zeroing each attention weight (survivors are
             scaled by ``1 / (1 - dropout_p)``); only applied when ``training``.
         training: whether dropout is active (modules pass ``self.training``).
+        fully_masked_rows: what to do when ``mask`` hides *every* key of some query,
+            whose softmax would be ``0 / 0 = nan``. ``"raise"`` (the default) raises a
+            ``ValueError``: such a mask is usually a mistake, e.g. a mask written with
+            PyTorch's ``True`` = keep convention. ``"zero"`` is for padded batches, where
+            such rows are expected (padded queries, or left padding under a causal
+            mask): those rows get all-zero weights, hence all-zero context vectors and
+            zero (not ``nan``) gradients, as ``torch.nn.functional.scaled_dot_product_attention``
+            returns on the CPU.
 
     Returns:
         ``(context_vecs, attn_weights)`` of shapes ``(..., T_q, d_v)`` and
         ``(..., T_q, T_k)``. The weights returned are those after dropout, i.e. the
-        ones that actually multiplied the values.
+        ones that actually multiplied the values. Each row sums to 1 (before dropout),
+        except the all-zero rows that ``fully_masked_rows="zero"`` produces.
     """
     _check_pair(queries, keys)
     check_float_tensor("values", values)
@@ -119,7 +129,10 @@ def scaled_dot_product_attention(
             f"keys {tuple(keys.shape)} and values {tuple(values.shape)}"
         )
     d_k = keys.shape[-1]
+    if fully_masked_rows not in ("raise", "zero"):
+        raise ValueError(f"fully_masked_rows must be 'raise' or 'zero', got {fully_masked_rows!r}")
     attn_scores = queries @ keys.transpose(-2, -1)  # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    any_hidden_row = False
     if mask is not None:
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise TypeError("mask must be a bool torch.Tensor (True = hide that score)")
@@ -130,11 +143,24 @@ def scaled_dot_product_attention(
                 f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape "
                 f"{tuple(attn_scores.shape)} (..., num_queries, num_keys)"
             ) from None
-        if bool(mask.all(dim=-1).any()):
-            raise ValueError("mask hides every key for some query; that row of weights would be nan")
+        hidden_rows = mask.all(dim=-1, keepdim=True)  # (..., T_q, 1): True where a query may see no key
+        any_hidden_row = bool(hidden_rows.any())
+        if any_hidden_row:
+            if fully_masked_rows == "raise":
+                raise ValueError(
+                    "mask hides every key for some query; that row of weights would be nan. "
+                    "Check the convention (True = hide), or pass fully_masked_rows='zero' "
+                    "for padded batches"
+                )
+            # Filling a whole row with -inf would make a nan (0 / 0) that the zeroing below hides
+            # in the result but not in between (anomaly checks, the backward pass). So those rows
+            # stay unmasked for the softmax and get their zero weights afterwards.
+            mask = mask & ~hidden_rows
         attn_scores = attn_scores.masked_fill(mask, float("-inf"))
     # Scaling keeps the scores' variance near 1 whatever d_k is, so softmax does not saturate.
     attn_weights = torch.softmax(attn_scores / math.sqrt(d_k), dim=-1)  # (..., T_q, T_k), rows sum to 1
+    if any_hidden_row:
+        attn_weights = attn_weights.masked_fill(hidden_rows, 0.0)  # rows that may see nothing weigh nothing
     if training and dropout_p > 0.0:
         attn_weights = torch.nn.functional.dropout(attn_weights, p=dropout_p, training=True)
     context_vecs = attn_weights @ values  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)

@@ -1,4 +1,11 @@
-"""Causal masks: which scores a token may not see (the tokens after it)."""
+"""Masks: which scores a query may not see.
+
+Every mask here is a bool tensor where ``True`` means *hide* (the score becomes
+``-inf`` before the softmax), the convention of
+:func:`helpers.attention.scaled_dot_product_attention`. PyTorch's
+``torch.nn.functional.scaled_dot_product_attention`` uses the opposite one
+(``True`` = keep): pass it ``~mask``.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +13,7 @@ import torch
 
 from ._checks import check_float_tensor, check_positive_int
 
-__all__ = ["causal_mask", "mask_by_renormalising"]
+__all__ = ["causal_mask", "mask_by_renormalising", "padding_mask"]
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -34,3 +41,44 @@ def mask_by_renormalising(attn_weights: torch.Tensor) -> torch.Tensor:
     keep = ~causal_mask(attn_weights.shape[-1], device=attn_weights.device)
     masked = attn_weights * keep  # (..., T, T), zeros above the diagonal
     return masked / masked.sum(dim=-1, keepdim=True)
+
+
+def padding_mask(lengths, num_tokens: int | None = None, padding_side: str = "right") -> torch.Tensor:
+    """Bool mask of shape ``(B, T)`` that is ``True`` at the padding positions of each sequence.
+
+    Args:
+        lengths: the number of real tokens of each of the ``B`` sequences (1-d int
+            tensor or list of ints, each in ``0..T``).
+        num_tokens: the padded length ``T``; defaults to ``max(lengths)``.
+        padding_side: ``"right"`` when the padding follows the real tokens
+            (``[Your, journey, <pad>]``), ``"left"`` when it comes first
+            (``[<pad>, Your, journey]``).
+
+    Returns:
+        ``(B, T)`` bool, ``True`` = a padding token. To hide padded *keys* from every
+        query, index it as ``mask[:, None, :]`` (shape ``(B, 1, T)``, broadcast over the
+        queries) and combine with a causal mask by ``|``.
+    """
+    if isinstance(lengths, torch.Tensor):
+        if lengths.dtype in (torch.bool,) or lengths.is_floating_point() or lengths.is_complex():
+            raise TypeError(f"lengths must hold integers, got {lengths.dtype}")
+        lengths = lengths.detach().to("cpu", torch.long)
+    else:
+        if not all(isinstance(n, int) and not isinstance(n, bool) for n in lengths):
+            raise TypeError(f"lengths must be a 1-d int tensor or a list of ints, got {lengths!r}")
+        lengths = torch.tensor(list(lengths), dtype=torch.long)
+    if lengths.dim() != 1 or len(lengths) == 0:
+        raise ValueError(f"lengths must be 1-d with one entry per sequence, got shape {tuple(lengths.shape)}")
+    if (lengths < 0).any():
+        raise ValueError(f"lengths must not be negative, got {lengths.tolist()}")
+    if num_tokens is None:
+        num_tokens = int(lengths.max())
+    check_positive_int("num_tokens", num_tokens)
+    if (lengths > num_tokens).any():
+        raise ValueError(f"lengths must be at most num_tokens={num_tokens}, got {lengths.tolist()}")
+    if padding_side not in ("right", "left"):
+        raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}")
+    positions = torch.arange(num_tokens)  # (T,)
+    if padding_side == "right":
+        return positions[None, :] >= lengths[:, None]  # (1, T) >= (B, 1) -> (B, T)
+    return positions[None, :] < (num_tokens - lengths)[:, None]  # (1, T) < (B, 1) -> (B, T)
