@@ -1,0 +1,93 @@
+"""Dropout on attention weights, written out so that every draw can be inspected and repeated.
+
+``torch.nn.functional.dropout`` hides its random mask. :func:`attention_dropout`
+returns the mask as well, and takes an explicit ``torch.Generator`` so that a
+seed (e.g. from a slider) picks one draw without touching PyTorch's global
+random state. On the CPU, with the generator in the same state, it drops exactly
+the weights ``torch.nn.functional.dropout`` drops.
+
+Which weights a given seed drops depends on the random-number generator behind
+it (CPU or GPU, and how PyTorch was built): print properties of a draw, never
+the draw itself.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ._checks import check_float_tensor, check_positive_int, check_probability
+
+__all__ = ["attention_dropout", "dropout_row_sums", "row_sum_std"]
+
+
+def _check_generator(generator) -> None:
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+
+
+def attention_dropout(
+    attn_weights: torch.Tensor, p: float, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Zero each weight with probability ``p`` and scale the survivors by ``1 / (1 - p)``.
+
+    ``dropped[..., i, j] = attn_weights[..., i, j] * keep[..., i, j] / (1 - p)`` with
+    ``keep ~ Bernoulli(1 - p)`` drawn independently for every entry, so that
+    ``E[dropped] = attn_weights`` and each row still sums to 1 *on average*.
+
+    Args:
+        attn_weights: ``(..., T_q, T_k)`` (any shape works).
+        p: drop probability in ``[0, 1)``.
+        generator: the random stream to draw from; ``None`` uses PyTorch's default
+            CPU generator (the one ``torch.manual_seed`` seeds). The mask is drawn on
+            the generator's device and then moved to ``attn_weights``' device, so a
+            CPU generator gives the same mask whatever device the weights live on.
+
+    Returns:
+        ``(dropped, keep)``: the dropped-out weights (same shape and dtype as
+        ``attn_weights``) and the bool mask of survivors (same shape).
+    """
+    check_float_tensor("attn_weights", attn_weights)
+    check_probability("p", p)
+    _check_generator(generator)
+    draw_device = generator.device if generator is not None else torch.device("cpu")
+    # Same steps as torch.nn.functional.dropout on the CPU: a 0/1 noise tensor, divided by 1 - p.
+    noise = torch.empty(attn_weights.shape, dtype=attn_weights.dtype, device=draw_device)
+    noise.bernoulli_(1.0 - p, generator=generator)  # (..., T_q, T_k), 1 = keep
+    noise = noise.to(attn_weights.device)
+    keep = noise.bool()
+    noise.div_(1.0 - p)  # survivors' factor 1 / (1 - p), dropped stay 0
+    return attn_weights * noise, keep
+
+
+def dropout_row_sums(
+    attn_weights: torch.Tensor, p: float, num_draws: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
+    """Row sums of ``num_draws`` independent dropout draws of the same weights (a Monte-Carlo sample).
+
+    Shapes: ``attn_weights`` ``(..., T_q, T_k)``; returns ``(num_draws, ..., T_q)``.
+    Their mean over the first dimension tends to the original row sums (1 for softmax rows).
+    """
+    check_float_tensor("attn_weights", attn_weights)
+    check_positive_int("num_draws", num_draws)
+    if attn_weights.dim() < 2:
+        raise ValueError(f"attn_weights must have shape (..., T_q, T_k), got {tuple(attn_weights.shape)}")
+    copies = attn_weights.expand(num_draws, *attn_weights.shape)  # (N, ..., T_q, T_k), no copy
+    dropped, _ = attention_dropout(copies, p, generator)
+    return dropped.sum(dim=-1)  # (N, ..., T_q, T_k) -> (N, ..., T_q)
+
+
+def row_sum_std(attn_weights: torch.Tensor, p: float) -> torch.Tensor:
+    """Standard deviation of a row sum after dropout: ``sqrt(p / (1 - p) * sum_j a_ij**2)``.
+
+    Each entry is ``a_ij / (1 - p)`` with probability ``1 - p`` and 0 otherwise, so its
+    variance is ``a_ij**2 * p / (1 - p)``; the entries of a row are independent, so the
+    variances add up.
+
+    Shapes: ``attn_weights`` ``(..., T_q, T_k)``; returns ``(..., T_q)``.
+    """
+    check_float_tensor("attn_weights", attn_weights)
+    check_probability("p", p)
+    if attn_weights.dim() < 2:
+        raise ValueError(f"attn_weights must have shape (..., T_q, T_k), got {tuple(attn_weights.shape)}")
+    return torch.sqrt(p / (1.0 - p) * attn_weights.pow(2).sum(dim=-1))  # (..., T_q, T_k) -> (..., T_q)
+
