@@ -12,18 +12,19 @@ The checkers live in :mod:`helpers.exercises.core`; the model answers live in th
 modules, away from the notebooks, so they are not seen by scrolling.
 """
 
-from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06
+from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
 from ._value import CheckResult, Exercise
 from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug
 
 __all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Exercise", "CheckResult",
-           "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "all_exercises"]
+           "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08",
+           "all_exercises"]
 
 
 def all_exercises() -> dict[str, FunctionExercise]:
     """Every exercise of the course, as ``{"lesson02.stable_softmax": exercise}`` in course order."""
     found = {}
-    for lesson in (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06):
+    for lesson in (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08):
         for name in lesson.__all__:
             found[f"{lesson.__name__.rsplit('.', 1)[1]}.{name}"] = getattr(lesson, name)
     return found
