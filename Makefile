@@ -1,7 +1,9 @@
 # Two commands do everything, from a fresh clone:
 #   make lab    set up, then open the course in JupyterLab
-#   make test   set up, then run the whole test suite (unit tests + strict nbval)
-# Other targets: setup, notebooks (refresh stored outputs), e2e (browser check), clean.
+#   make test   set up, then run the whole test suite (unit tests + strict nbval, then the
+#               browser tests in headless Chromium)
+# Other targets: setup, notebooks (refresh stored outputs), e2e (browser tests only),
+# screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,8 +16,17 @@ TORCH_INDEX ?=
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 FIRST_NOTEBOOK := $(notdir $(firstword $(NOTEBOOKS)))
+# Browser tests: screenshots, their log and the measured latencies (latency.json) go here.
+E2E_DIR ?= build/e2e
+E2E_PYTEST := E2E_SCREENSHOT_DIR=$(E2E_DIR) $(BIN)/python -m pytest tests/e2e -p no:nbval -n 0 -o addopts="" -m e2e
+# Runs the browser tests if there is a Chromium (tests/e2e/chromium.sh may install Debian's); without one it
+# skips them with a message, except under CI=true, where that is a failure. $(1): pytest options, $(2): variables.
+define run_e2e
+	@status=0; sh tests/e2e/chromium.sh || status=$$?; \
+	if [ $$status -eq 0 ]; then $(2) $(E2E_PYTEST) $(1); elif [ $$status -ne 3 ]; then exit $$status; fi
+endef
 
-.PHONY: setup lab test notebooks e2e clean
+.PHONY: setup lab test notebooks e2e screenshot benchmark clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +42,7 @@ lab: setup
 
 test: setup
 	$(BIN)/python -m pytest
+	$(call run_e2e,-q -rs)
 
 # Re-execute every notebook in place to refresh its stored outputs (then review the diff).
 notebooks: setup
@@ -38,11 +50,19 @@ notebooks: setup
 	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	    $(NOTEBOOKS)
 
-# Drive JupyterLab in headless Chromium: Run All, move each slider, check the picture changes.
-# Needs Debian's chromium (apt-get install chromium); Playwright does not download a browser here.
+# Drive JupyterLab in headless Chromium: every notebook, Run All, move each slider, check the picture changes.
+# Needs a Chromium (Debian: apt-get install chromium); Playwright does not download a browser here.
 e2e: setup
-	$(BIN)/pip install -e ".[test,e2e]"
-	$(BIN)/python -m pytest tests/e2e -p no:nbval -n 0 -o addopts="" -m e2e -v
+	$(call run_e2e,-v -s,E2E_BURST=all)
+
+# The README's picture: a notebook's live figure with its slider, at a laptop window size (1280x800).
+screenshot: setup
+	$(call run_e2e,-s -k readme_screenshot,E2E_README_SCREENSHOT=docs/course-screenshot.png)
+
+# Python-side cost of one slider step (median, p95) and the browser's keypress-to-picture time
+# measured by the last browser test run ($(E2E_DIR)/latency.json).
+benchmark: setup
+	$(BIN)/python benchmarks/sliders.py --browser-latency $(E2E_DIR)/latency.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

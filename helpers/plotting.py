@@ -90,7 +90,9 @@ class Heatmap:
             )
         self.ax, self.fmt = ax, fmt
         self._fixed_range = (vmin, vmax)
-        self.image = ax.imshow(data.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto")
+        # zorder 2: painted after the axis (whose tick marks touch the picture's edge), before the frame
+        # (2.5), so a LiveFigure can repaint the picture alone and get the same pixels as a full draw.
+        self.image = ax.imshow(data.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", zorder=2)
         ax.set_xticks(range(cols), labels=list(col_labels), rotation=45, ha="right", rotation_mode="anchor")
         ax.set_yticks(range(rows), labels=list(row_labels))
         ax.set_xlabel(xlabel)
@@ -101,6 +103,7 @@ class Heatmap:
                       for i in range(rows)] if annotate else None
         self._row_outline: Rectangle | None = None
         self._write_values(data)
+        _animate(self.image, ax.title, *(text for row in self.texts or [] for text in row))
 
     def _write_values(self, data: torch.Tensor) -> None:
         if self.texts is None:
@@ -125,7 +128,8 @@ class Heatmap:
             raise ValueError(f"row must be in [0, {rows}), got {row}")
         if self._row_outline is None:
             self._row_outline = self.ax.add_patch(
-                Rectangle((-0.5, row - 0.5), cols, 1, fill=False, edgecolor=color, linewidth=2.5))
+                Rectangle((-0.5, row - 0.5), cols, 1, fill=False, edgecolor=color, linewidth=2.5, zorder=2.2))
+            _animate(self._row_outline)
         self._row_outline.set_y(row - 0.5)
         self._row_outline.set_visible(True)
 
@@ -143,7 +147,7 @@ class Heatmap:
             self.image.set_clim(vmin if vmin is not None else low, vmax if vmax is not None else high)
         self._write_values(data)
         if title is not None:
-            self.ax.set_title(title)
+            self.ax.title.set_text(title)  # set_title would also touch the side titles: a full redraw
 
 
 class Bars:
@@ -170,6 +174,7 @@ class Bars:
         self.ax, self.fmt, self.ylim = ax, fmt, ylim
         self.color, self.highlight_color = color, highlight_color
         self.bars = list(ax.bar(range(len(data)), data.tolist(), color=color))
+        ax.set_axisbelow(True)  # tick marks under the bars, so a LiveFigure can repaint the bars alone
         ax.set_xticks(range(len(data)), labels=list(labels), rotation=45, ha="right", rotation_mode="anchor")
         ax.axhline(0, color="black", linewidth=0.8)
         if reference is not None:
@@ -179,6 +184,7 @@ class Bars:
         ax.set_title(title)
         self.texts = [ax.text(bar.get_x() + bar.get_width() / 2, 0, "", ha="center", va="bottom", fontsize=9)
                       for bar in self.bars] if annotate else None
+        _animate(ax.title, *self.bars, *(self.texts or []))
         self.update(data)
 
     def update(self, values, title: str | None = None, highlight: int | None = None) -> None:
@@ -197,13 +203,26 @@ class Bars:
                 text.set_y(max(height, 0.0))
                 text.set_text(self.fmt.format(height))
         if self.ylim is not None:
-            self.ax.set_ylim(*self.ylim)
+            limits = tuple(self.ylim)
         else:  # room for the tallest bar either side of zero; zero always shows
             low, high = min(0.0, min(heights)), max(0.0, max(heights))
             pad = 0.15 * (high - low) + 0.05
-            self.ax.set_ylim(low - (pad if low < 0 else 0.0), high + pad)
+            limits = (low - (pad if low < 0 else 0.0), high + pad)
+        if self.ax.get_ylim() != limits:  # a new range redraws the axis (slow path of a LiveFigure)
+            self.ax.set_ylim(*limits)
         if title is not None:
-            self.ax.set_title(title)
+            self.ax.title.set_text(title)  # set_title would also touch the side titles: a full redraw
+
+
+def _animate(*artists) -> None:
+    """Mark artists that updates change as animated.
+
+    A normal draw (``savefig``, a notebook's static picture) still paints them;
+    a :class:`helpers.widgets.LiveFigure` redraws just them over a cached
+    background, and changing them does not mark the whole figure as stale.
+    """
+    for artist in artists:
+        artist.set_animated(True)
 
 
 def plot_heatmap(matrix, row_labels: Sequence[str], col_labels: Sequence[str], **options) -> Figure:

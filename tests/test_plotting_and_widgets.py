@@ -8,7 +8,7 @@ import torch
 
 from helpers.exercises import Exercise
 from helpers.plotting import Bars, Heatmap, figure_to_png, new_figure, plot_heatmap
-from helpers.widgets import LiveFigure, choice, int_slider
+from helpers.widgets import InPlaceRenderer, LiveFigure, choice, float_slider, int_slider
 
 TOKENS = ["a", "b", "c"]
 
@@ -134,3 +134,115 @@ def test_bars_update_in_place_and_highlight():
         Bars(new_figure().axes[0], [1.0, 2.0], TOKENS)
     with pytest.raises(ValueError, match="highlight"):
         bars.update([1.0, 2.0, 3.0], highlight=5)
+
+
+# --------------------------------------------------------------------------- in-place rendering
+
+def _pixels(png: bytes):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    return np.asarray(Image.open(io.BytesIO(png)).convert("RGBA")).astype(int)
+
+
+def _plain_render(live):
+    """Pixels of a plain matplotlib Agg savefig of the live figure: every artist, in zorder, no caches."""
+    import io
+
+    buffer = io.BytesIO()
+    live.fig.savefig(buffer, format="png", dpi=live.dpi, backend="agg")
+    return _pixels(buffer.getvalue())
+
+
+def _dashboard():
+    """A heatmap (row outline, fixed colours) beside annotated bars, driven by a slider and a choice."""
+    fig = new_figure(9.0, 4.0, ncols=2)
+    heatmap = Heatmap(fig.axes[0], torch.zeros(3, 3), TOKENS, TOKENS, vmin=0.0, vmax=1.0, title="start",
+                      colorbar_label="weight")
+    bars = Bars(fig.axes[1], torch.zeros(3), TOKENS, ylim=(0.0, 1.1), annotate=True, reference=1 / 3)
+
+    def redraw(row, temperature):
+        weights = (torch.arange(9.0).reshape(3, 3) / temperature).softmax(dim=-1)  # (3, 3)
+        heatmap.update(weights, title=f"T = {temperature:.1f}")
+        heatmap.outline_row(TOKENS.index(row))
+        bars.update(weights[TOKENS.index(row)], highlight=TOKENS.index(row))
+
+    live = LiveFigure(fig, redraw, {"row": choice("row", TOKENS),
+                                    "temperature": float_slider("T", 1.0, 0.5, 5.0, 0.5)})
+    return live, heatmap, bars
+
+
+def test_fast_path_pixels_equal_a_full_render():
+    live, heatmap, _ = _dashboard()
+    full_before = live.renderer.full_renders
+    for temperature in (2.0, 0.5, 3.5):
+        live.controls["temperature"].value = temperature
+    live.controls["row"].value = "c"
+    assert live.renderer.full_renders == full_before, "builder updates took the slow path"
+    assert live.renderer.fast_renders == 4
+    reference = _plain_render(live)
+    assert (_pixels(bytes(live.image.value)) == reference).all()
+    assert heatmap.ax.get_title() == "T = 3.5"
+
+
+def test_a_plain_artist_change_takes_the_full_path_and_stays_correct():
+    live, heatmap, bars = _dashboard()
+    fast_before, full_before = live.renderer.fast_renders, live.renderer.full_renders
+    bars.ax.set_ylabel("weight")  # not animated: the background must be drawn again
+    heatmap.image.set_clim(0.0, 0.5)  # the colour bar changes too
+    live.refresh()
+    assert live.renderer.full_renders == full_before + 1 and live.renderer.fast_renders == fast_before
+    full_path_png = bytes(live.image.value)
+    live.controls["temperature"].value = 2.5  # and back on the fast path
+    assert live.renderer.fast_renders == fast_before + 1
+    live.controls["temperature"].value = 1.0
+    assert bytes(live.image.value) == full_path_png  # same state: fast path = full path, byte for byte
+    # (savefig changes the figure's dpi and back, so it comes after the renders it checks)
+    assert (_pixels(bytes(live.image.value)) == _plain_render(live)).all()
+
+
+def test_slider_steps_change_the_picture_without_new_figures_or_output(capsys):
+    import matplotlib.pyplot as plt
+
+    live, heatmap, bars = _dashboard()
+    figures, children = plt.get_fignums(), list(live.children)
+    before_image, before_png = heatmap.image.get_array().copy(), bytes(live.image.value)
+    live.controls["temperature"].value = 4.0
+    assert not (heatmap.image.get_array() == before_image).all(), "heatmap data did not change"
+    assert bytes(live.image.value) != before_png, "picture did not change"
+    assert [round(b.get_height(), 4) for b in bars.bars] == \
+        [round(v, 4) for v in (torch.arange(3.0) / 4.0).softmax(dim=-1).tolist()]
+    assert plt.get_fignums() == figures and list(live.children) == children
+    assert capsys.readouterr() == ("", "")
+
+
+def test_static_picture_is_the_initial_state():
+    live, _, _ = _dashboard()
+    first = live._repr_mimebundle_()["image/png"]
+    live.controls["temperature"].value = 5.0
+    assert live._repr_mimebundle_()["image/png"] == first
+    live.controls["temperature"].value = 1.0
+    assert bytes(live.image.value) == live.initial_png  # same state, same pixels, same bytes
+
+
+def test_extra_animated_artists_stay_on_the_fast_path():
+    fig = new_figure()
+    ax = fig.axes[0]
+    ax.plot([0, 1, 2], [2, 0, 1])
+    marker = ax.axvline(0.0, color="black")
+    live = LiveFigure(fig, lambda x: marker.set_xdata([x, x]), {"x": float_slider("x", 0.0, 0.0, 2.0, 0.5)},
+                      animated=[marker])
+    live.controls["x"].value = 1.5
+    assert live.renderer.fast_renders == 1 and live.renderer.full_renders == 1
+    assert (_pixels(bytes(live.image.value)) == _plain_render(live)).all()
+    with pytest.raises(TypeError, match="animated must hold matplotlib artists"):
+        LiveFigure(new_figure(), lambda x: None, {"x": int_slider("x", 0, 0, 1)}, animated=["line"])
+
+
+def test_in_place_renderer_rejects_bad_arguments():
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure"):
+        InPlaceRenderer("fig")
+    with pytest.raises(ValueError, match="dpi must be a positive number"):
+        InPlaceRenderer(new_figure(), dpi=0)

@@ -3,13 +3,18 @@
 Test parameters: ``live_notebook`` (each notebook that builds a LiveFigure) and ``slider_notebook``
 (those whose code also builds a slider).
 
-These tests only run when asked for with ``-m e2e`` (``make e2e``). Under a plain ``pytest`` run
-(``make test``) they are collected but skipped at once: no server, no browser.
+These tests only run when asked for with ``-m e2e``: ``make test`` runs them after the unit tests and
+nbval (``make e2e`` runs them alone). Under a plain ``pytest`` run they are collected but skipped at
+once: no server, no browser. Without Chromium or Playwright they are skipped, except under ``CI=true``,
+where that is a failure.
 
 Environment variables:
-    E2E_NOTEBOOK_DIR     notebooks to check (default: the repository's ``notebooks/``); copied, never modified.
-    E2E_SCREENSHOT_DIR   where screenshots go (default: a fresh temporary directory, printed).
-    E2E_CHROMIUM         browser executable (default: ``/usr/bin/chromium``, Debian's package).
+    E2E_NOTEBOOK_DIR      notebooks to check (default: the repository's ``notebooks/``); copied, never modified.
+    E2E_SCREENSHOT_DIR    where screenshots and ``latency.json`` go (default: a fresh temporary directory).
+    E2E_CHROMIUM          browser executable (default: ``/usr/bin/chromium``, Debian's package).
+    E2E_README_SCREENSHOT where test_readme_screenshot also writes its picture (``make screenshot``).
+    E2E_BURST             ``all``: the slider-burst test on every notebook with a slider (``make e2e``);
+                          otherwise on the first one only, to keep ``make test`` short.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import secrets
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -90,10 +96,17 @@ def live_figure_notebooks(directory: Path = NOTEBOOK_DIR, *, with_slider: bool =
     return found
 
 
+def _burst_notebooks() -> list[Path]:
+    """The burst test's notebooks: all with a slider if E2E_BURST=all (make e2e), else the first one
+    (make test: the burst behaviour belongs to LiveFigure and ipywidgets, not to one notebook)."""
+    found = live_figure_notebooks(with_slider=True)
+    return found if os.environ.get("E2E_BURST", "").lower() == "all" else found[:1]
+
+
 # fixture name -> (which notebooks, what the skip says when there are none)
 _NOTEBOOK_PARAMETERS = {
-    "live_notebook": (lambda: live_figure_notebooks(), "no notebook with a LiveFigure"),
-    "slider_notebook": (lambda: live_figure_notebooks(with_slider=True), "no notebook with a LiveFigure and a slider"),
+    "live_notebook": (lambda: sorted(NOTEBOOK_DIR.glob("*.ipynb")), "no notebook"),
+    "slider_notebook": (lambda: _burst_notebooks(), "no notebook with a LiveFigure and a slider"),
 }
 
 
@@ -118,6 +131,17 @@ def _missing_requirement() -> str | None:
     return None
 
 
+def _browser_tests_must_run() -> bool:
+    return os.environ.get("CI", "").lower() == "true"
+
+
+def _require() -> None:
+    """Skip (fail under CI=true) when Playwright, Chromium or jupyter is missing."""
+    reason = _missing_requirement()
+    if reason:
+        (pytest.fail if _browser_tests_must_run() else pytest.skip)(reason)
+
+
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     ours = [item for item in items if here in Path(str(item.path)).parents]
@@ -125,8 +149,8 @@ def pytest_collection_modifyitems(config, items):
         return
     if "e2e" not in (config.option.markexpr or ""):
         reason = "browser check, not part of the default run: use `make e2e` (pytest tests/e2e -m e2e ...)"
-    else:
-        reason = _missing_requirement()
+    else:  # under CI=true a missing browser is not skipped: the fixtures fail instead
+        reason = None if _browser_tests_must_run() else _missing_requirement()
     if reason:
         for item in ours:
             item.add_marker(pytest.mark.skip(reason=reason))
@@ -222,11 +246,24 @@ def screenshot_dir(e2e_tmp) -> Path:
 
 
 @pytest.fixture(scope="session")
+def latency_log(screenshot_dir):
+    """Slider keypress -> new picture times (ms) that tests append to; written to latency.json at the end."""
+    records: list[dict] = []
+    yield records
+    if records:
+        shown = sorted(r["picture_ms"] for r in records)
+        summary = {"count": len(shown), "median_ms": statistics.median(shown),
+                   "p95_ms": shown[min(len(shown) - 1, round(0.95 * (len(shown) - 1)))], "max_ms": shown[-1]}
+        (screenshot_dir / "latency.json").write_text(
+            json.dumps({"summary": summary, "records": records}, indent=1) + "\n", encoding="utf-8")
+        print(f"\n[e2e] keypress -> picture: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms "
+              f"over {len(shown)} slider steps ({screenshot_dir / 'latency.json'})")
+
+
+@pytest.fixture(scope="session")
 def lab_server(e2e_tmp):
     """JupyterLab on a temporary copy of the notebooks, token authentication on."""
-    reason = _missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    _require()
     root = e2e_tmp / "notebooks"
     shutil.copytree(NOTEBOOK_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     env = dict(os.environ)
@@ -276,9 +313,7 @@ def lab_server(e2e_tmp):
 @pytest.fixture(scope="session")
 def lab_browser(e2e_tmp):
     """A headless Chromium context (Debian's binary, driven by Playwright)."""
-    reason = _missing_requirement()
-    if reason:
-        pytest.skip(reason)
+    _require()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
