@@ -6,7 +6,6 @@ import sys
 import pytest
 import torch
 
-from helpers.exercises import Exercise
 from helpers.plotting import Bars, Heatmap, figure_to_png, new_figure, plot_heatmap
 from helpers.widgets import InPlaceRenderer, LiveFigure, choice, float_slider, int_slider
 
@@ -96,19 +95,6 @@ def test_live_figure_rejects_bad_arguments():
         LiveFigure("fig", lambda: None, {"x": int_slider("x", 0, 0, 1)})
     with pytest.raises(ValueError, match="controls must name at least one widget"):
         LiveFigure(new_figure(), lambda: None, {})
-
-
-def test_exercise_checks_and_reveals_on_request(capsys):
-    exercise = Exercise("sum", expected=lambda: torch.tensor([1.0, 2.0]), hint="add them", solution="x + y")
-    assert not exercise.check(None) and "not attempted" in repr(exercise.check(None))
-    assert "expected a torch.Tensor" in repr(exercise.check([1.0, 2.0]))
-    assert "shape (3,)" in repr(exercise.check(torch.ones(3)))
-    wrong = exercise.check(torch.tensor([1.0, 2.5]))
-    assert not wrong and "wrong values" in repr(wrong)
-    assert exercise.check(torch.tensor([1.0, 2.0])) and "correct" in repr(exercise.check(torch.tensor([1.0, 2.0])))
-    assert capsys.readouterr().out == ""  # nothing revealed until asked
-    exercise.solution()
-    assert "x + y" in capsys.readouterr().out
 
 
 def test_new_figure_grid_and_bad_counts():

@@ -98,3 +98,21 @@ def test_live_figures_leave_a_static_picture(path):
         for output in cell.get("outputs", []):
             if "LiveFigure(" in "".join(output.get("data", {}).get("text/plain", "")):
                 assert output["data"]["image/png"], "widget output without a static picture"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_notebook_ends_with_its_checked_exercises(path):
+    """Every exercise of the notebook's lesson module is offered, and ships unsolved ('not done yet')."""
+    import helpers.exercises as exercises
+
+    lesson = f"lesson{path.name[:2]}"
+    names = getattr(exercises, lesson).__all__
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    for name in names:
+        checks = [c for c in cells if f"{lesson}.{name}.check(" in "".join(c["source"])]
+        assert len(checks) == 1, f"{path.name}: expected one cell checking {lesson}.{name}"
+        source = "".join(checks[0]["source"])
+        assert "raise NotImplementedError" in source, f"{path.name}: {name} must ship as a placeholder"
+        shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in checks[0]["outputs"])
+        assert "not done yet" in shown, f"{path.name}: the stored output of {name} is not the friendly 'not done yet'"
+    assert 2 <= len(names) <= 4

@@ -13,10 +13,9 @@ modules, away from the notebooks, so they are not seen by scrolling.
 """
 
 from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
-from ._value import CheckResult, Exercise
 from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Exercise", "CheckResult",
+__all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug",
            "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08",
            "all_exercises"]
 
