@@ -49,7 +49,7 @@ def _weights(num_heads: int, num_tokens: int, temperature: float) -> torch.Tenso
 
 
 def head_grid_live(labels):
-    fig = CourseFigure(figsize=(14, 6.4), layout="constrained")
+    fig = CourseFigure(figsize=(12, 5.6), layout="constrained")
     axes = fig.subplot_mosaic([["h0", "h1", "big"], ["h2", "h3", "big"]], width_ratios=[1, 1, 1.7])
     start = _weights(4, len(labels), 1.0)
     small = [Heatmap(axes[f"h{h}"], start[h], labels, labels, vmin=0.0, vmax=1.0, annotate=False,
@@ -69,7 +69,7 @@ def head_grid_live(labels):
 
 def head_grid_naive(labels, temperature):
     weights = _weights(4, len(labels), temperature)
-    fig = plt.figure(figsize=(14, 6.4), layout="constrained")
+    fig = plt.figure(figsize=(12, 5.6), layout="constrained")
     axes = fig.subplot_mosaic([["h0", "h1", "big"], ["h2", "h3", "big"]], width_ratios=[1, 1, 1.7])
     for h in range(4):
         Heatmap(axes[f"h{h}"], weights[h], labels, labels, vmin=0.0, vmax=1.0, annotate=False,

@@ -11,11 +11,14 @@ import io
 from collections.abc import Sequence
 
 import torch
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Rectangle
 
-__all__ = ["CourseFigure", "Heatmap", "Bars", "new_figure", "plot_heatmap", "figure_to_png"]
+__all__ = ["CourseFigure", "Heatmap", "Bars", "CellValues", "CellText", "new_figure", "plot_heatmap",
+           "figure_to_png"]
 
 
 def _as_matrix(name: str, matrix) -> torch.Tensor:
@@ -92,18 +95,21 @@ class Heatmap:
         self._fixed_range = (vmin, vmax)
         # zorder 2: painted after the axis (whose tick marks touch the picture's edge), before the frame
         # (2.5), so a LiveFigure can repaint the picture alone and get the same pixels as a full draw.
-        self.image = ax.imshow(data.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", zorder=2)
+        # "nearest": one flat colour per cell, and no resampling filter to run on every redraw.
+        self.image = ax.imshow(data.numpy(), cmap=cmap, vmin=vmin, vmax=vmax, aspect="auto", zorder=2,
+                               interpolation="nearest")
         ax.set_xticks(range(cols), labels=list(col_labels), rotation=45, ha="right", rotation_mode="anchor")
         ax.set_yticks(range(rows), labels=list(row_labels))
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         self.colorbar = ax.figure.colorbar(self.image, ax=ax, label=colorbar_label)
-        self.texts = [[ax.text(j, i, "", ha="center", va="center", fontsize=9) for j in range(cols)]
-                      for i in range(rows)] if annotate else None
+        # Up to 8 columns fit 9-point numbers; wider heatmaps get smaller ones so neighbours do not touch.
+        self.values = CellValues(ax, rows, cols, fontsize=9 if cols <= 8 else 7.5) if annotate else None
+        self.texts = self.values.cells if annotate else None  # texts[i][j]: the number in cell (i, j)
         self._row_outline: Rectangle | None = None
         self._write_values(data)
-        _animate(self.image, ax.title, *(text for row in self.texts or [] for text in row))
+        _animate(self.image, ax.title, *([self.values] if annotate else []))
 
     def _write_values(self, data: torch.Tensor) -> None:
         if self.texts is None:
@@ -212,6 +218,89 @@ class Bars:
             self.ax.set_ylim(*limits)
         if title is not None:
             self.ax.title.set_text(title)  # set_title would also touch the side titles: a full redraw
+
+
+class CellText:
+    """The number written in one heatmap cell: the part of matplotlib's ``Text`` API the course uses."""
+
+    __slots__ = ("_text", "_color", "_visible")
+
+    def __init__(self):
+        self._text, self._color, self._visible = "", "black", True
+
+    def set_text(self, text) -> None:
+        self._text = str(text)
+
+    def get_text(self) -> str:
+        return self._text
+
+    def set_color(self, color) -> None:
+        self._color = color
+
+    def get_color(self):
+        return self._color
+
+    def set_visible(self, visible: bool) -> None:
+        self._visible = bool(visible)
+
+    def get_visible(self) -> bool:
+        return self._visible
+
+
+class CellValues(Artist):
+    """Every number written in a heatmap's cells, drawn by one artist.
+
+    A ``Text`` artist per cell would lay out its string again on every draw
+    (about a fifth of a millisecond each: 20 ms for a 10x10 heatmap on every
+    slider step). Here each distinct string is measured once, and each cell's
+    string is placed at a whole pixel, centred in its cell, so the renderer's
+    glyph cache serves it. ``cells[i][j]`` is the :class:`CellText` of cell ``(i, j)``.
+    """
+
+    zorder = 3  # like Text: above the image and the row outline
+
+    def __init__(self, ax: Axes, rows: int, cols: int, fontsize: float = 9):
+        super().__init__()
+        self.axes = ax
+        self.set_figure(ax.figure)
+        self.cells = [[CellText() for _ in range(cols)] for _ in range(rows)]
+        self._prop = FontProperties(size=fontsize)
+        self._extents: dict = {}  # (string, dpi) -> (width, height, descent) in pixels
+        self.set_clip_path(ax.patch)
+        ax.add_artist(self)
+
+    def _extent(self, renderer, text: str) -> tuple[float, float, float]:
+        key = (text, renderer.dpi)
+        extent = self._extents.get(key)
+        if extent is None:
+            extent = self._extents[key] = renderer.get_text_width_height_descent(text, self._prop, ismath=False)
+        return extent
+
+    def draw(self, renderer) -> None:
+        if not self.get_visible():
+            return
+        # Like Text with va="center": centre the line box, whose height and descent are at least those of "lp".
+        _, line_height, line_descent = self._extent(renderer, "lp")
+        centres = self.axes.transData.transform([(j, i) for i, row in enumerate(self.cells) for j in range(len(row))])
+        flip, canvas_height = renderer.flipy(), renderer.get_canvas_width_height()[1]
+        gc = renderer.new_gc()
+        self._set_gc_clip(gc)
+        index = 0
+        for row in self.cells:
+            for cell in row:
+                x, y = centres[index]
+                index += 1
+                if not cell.get_visible() or not cell.get_text():
+                    continue
+                width, height, descent = self._extent(renderer, cell.get_text())
+                height, descent = max(height, line_height), max(descent, line_descent)
+                baseline = y - height / 2 + descent  # display coordinates: y grows upwards
+                if flip:  # renderers whose y grows downwards (Agg) take it flipped, as Text.draw does
+                    baseline = canvas_height - baseline
+                gc.set_foreground(cell.get_color())
+                renderer.draw_text(gc, round(x - width / 2), round(baseline), cell.get_text(), self._prop, 0.0)
+        gc.restore()
+        self.stale = False
 
 
 def _animate(*artists) -> None:
