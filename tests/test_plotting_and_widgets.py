@@ -293,3 +293,18 @@ def test_cell_text_api_used_by_the_notebooks():
     assert (cell.get_text(), cell.get_color(), cell.get_visible()) == ("drop", "#ff7070", False)
     heatmap.update(torch.zeros(3, 3))
     assert heatmap.texts[1][1].get_text() == "0.00"
+
+
+@pytest.mark.parametrize("channels", [3, 4])
+def test_encode_png_round_trips_through_pillow(channels):
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from helpers.widgets import encode_png
+
+    pixels = np.random.default_rng(0).integers(0, 256, size=(7, 11, channels), dtype=np.uint8)
+    pixels[2:5] = 255  # a flat band, as in a plot
+    decoded = np.asarray(Image.open(io.BytesIO(encode_png(pixels))))
+    assert decoded.shape == pixels.shape and np.array_equal(decoded, pixels)
