@@ -21,30 +21,28 @@ __all__ = ["CourseFigure", "Heatmap", "Bars", "CellValues", "CellText", "new_fig
            "figure_to_png"]
 
 
-def _as_matrix(name: str, matrix) -> torch.Tensor:
-    if isinstance(matrix, torch.Tensor):
-        matrix = matrix.detach().to("cpu", torch.float32)
+def _as_float_tensor(name: str, value, ndim: int) -> torch.Tensor:
+    """``value`` as a CPU float32 tensor of ``ndim`` dimensions (1: bars, 2: a heatmap), or a clear error."""
+    shape_text = {1: "a 1-d tensor or list of numbers", 2: "a 2-d tensor or nested list of numbers"}[ndim]
+    if isinstance(value, torch.Tensor):
+        value = value.detach().to("cpu", torch.float32)
     else:
         try:
-            matrix = torch.as_tensor(matrix, dtype=torch.float32)
+            value = torch.as_tensor(value, dtype=torch.float32)
         except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must be a 2-d tensor or nested list of numbers ({error})") from None
-    if matrix.dim() != 2:
-        raise ValueError(f"{name} must be 2-d (rows, columns), got shape {tuple(matrix.shape)}")
-    return matrix
+            raise TypeError(f"{name} must be {shape_text} ({error})") from None
+    if value.dim() != ndim or value.numel() == 0:
+        expected = "1-d and non-empty" if ndim == 1 else "2-d (rows, columns)"
+        raise ValueError(f"{name} must be {expected}, got shape {tuple(value.shape)}")
+    return value
+
+
+def _as_matrix(name: str, matrix) -> torch.Tensor:
+    return _as_float_tensor(name, matrix, 2)
 
 
 def _as_vector(name: str, values) -> torch.Tensor:
-    if isinstance(values, torch.Tensor):
-        values = values.detach().to("cpu", torch.float32)
-    else:
-        try:
-            values = torch.as_tensor(values, dtype=torch.float32)
-        except (TypeError, ValueError) as error:
-            raise TypeError(f"{name} must be a 1-d tensor or list of numbers ({error})") from None
-    if values.dim() != 1 or len(values) == 0:
-        raise ValueError(f"{name} must be 1-d and non-empty, got shape {tuple(values.shape)}")
-    return values
+    return _as_float_tensor(name, values, 1)
 
 
 class CourseFigure(Figure):
