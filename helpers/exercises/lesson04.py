@@ -99,8 +99,9 @@ causal_weights = FunctionExercise(
 
 # --- 3. the long way round: renormalising ------------------------------------------------------------
 def _weight_cases(g: torch.Generator) -> list[Case]:
-    return [Case(description, (torch.softmax(case.args[0], dim=-1),)) for case in _score_cases(g)
-            for description in [case.description.replace("scores", "softmax weights")]]
+    """The score cases, turned into softmax weights (each row sums to 1, nothing masked yet)."""
+    return [Case(case.description.replace("scores", "softmax weights"), (torch.softmax(case.args[0], dim=-1),))
+            for case in _score_cases(g)]
 
 
 def _solution_renormalise(attn_weights):
