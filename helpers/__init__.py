@@ -21,6 +21,8 @@ from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .source import *  # noqa: F401,F403
+from .source import __all__ as _source_all
 from .tasks import *  # noqa: F401,F403
 from .tasks import __all__ as _tasks_all
 # toy_model's generic `accuracy` stays in its module (helpers.toy_model.accuracy).
@@ -29,4 +31,4 @@ from .toy_model import AttentionOnlyModel, BidirectionalAttention, FetchTask, To
 _toy_model_all = ["AttentionOnlyModel", "BidirectionalAttention", "FetchTask", "ToyTrainingRun", "train_toy_model"]
 
 __all__ = [*_attention_all, *_data_all, *_device_all, *_dropout_all, *_efficient_all, *_heads_all, *_masks_all,
-           *_modules_all, *_tasks_all, *_toy_model_all]
+           *_modules_all, *_source_all, *_tasks_all, *_toy_model_all]

@@ -34,10 +34,13 @@ def test_every_known_mistake_is_rejected_by_name(name, index):
 
 
 @pytest.mark.parametrize("name", ALL)
-def test_placeholder_is_not_done_yet_with_a_hint(name):
-    feedback = ALL[name].check(placeholder)
+def test_placeholder_is_not_done_yet_and_points_to_the_hint_without_giving_it(name):
+    exercise = ALL[name]
+    feedback = exercise.check(placeholder)
     assert feedback.status == "not done" and not feedback
-    assert "not done yet" in feedback.message and "Hint:" in feedback.message
+    assert "not done yet" in feedback.message and f"`{name}.hint()`" in feedback.message
+    for hint in exercise._hints:
+        assert hint not in feedback.message, "hints are shown only when asked for"
 
 
 @pytest.mark.parametrize("name", ALL)

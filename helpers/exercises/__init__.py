@@ -5,7 +5,7 @@ In a notebook::
     from helpers.exercises import lesson02
     lesson02.stable_softmax.describe()     # the task
     lesson02.stable_softmax.check(my_fn)   # run your function on test inputs, explain the first problem
-    lesson02.stable_softmax.hint()         # a nudge
+    lesson02.stable_softmax.hint()         # a nudge (call again for the next one)
     lesson02.stable_softmax.solution()     # a model answer, only when you ask for it
 
 The checkers live in :mod:`helpers.exercises.core`; the model answers live in the lesson
@@ -13,9 +13,9 @@ modules, away from the notebooks, so they are not seen by scrolling.
 """
 
 from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08
-from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug
+from .core import Case, Feedback, FunctionExercise, Mistake, Rule, SpotTheBug, forbids, no_loops, requires
 
-__all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug",
+__all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Rule", "no_loops", "forbids", "requires",
            "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08",
            "all_exercises"]
 
@@ -27,3 +27,9 @@ def all_exercises() -> dict[str, FunctionExercise]:
         for name in lesson.__all__:
             found[f"{lesson.__name__.rsplit('.', 1)[1]}.{name}"] = getattr(lesson, name)
     return found
+
+
+# Each exercise knows how the notebook reaches it, so its messages can say "lesson02.stable_softmax.hint()".
+for _qualified, _exercise in all_exercises().items():
+    if not _exercise.name:
+        _exercise.name = _qualified

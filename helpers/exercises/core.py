@@ -14,6 +14,14 @@ code. It stops at the first problem and says what it is, most basic first:
    different inputs: it is not computing from its own arguments;
 7. otherwise, the first position that differs, with both values.
 
+An exercise may state rules about *how* to compute (``rules=``): :func:`no_loops` (no Python loop or
+comprehension), :func:`forbids` (a call the task rules out, e.g. ``torch.softmax`` when you write your own) and
+:func:`requires` (a call the task asks for). Every instruction an exercise states is checked this way: a right
+value computed the forbidden way is still wrong, and the message says which rule was broken.
+
+Hints are given only when asked for (``.hint()``), one nudge at a time; the feedback of ``check`` never
+contains them.
+
 A :class:`SpotTheBug` is an exercise that starts from buggy code (shown by :meth:`SpotTheBug.show`);
 the bug itself is one of its known mistakes, so handing it in unchanged names the bug.
 Exercises whose answer is random (dropout) pass ``properties``: after the shape and dtype
@@ -23,16 +31,19 @@ checks against the reference, that function judges the answer by what must hold 
 
 from __future__ import annotations
 
+import contextlib
 import dis
+import importlib
 import inspect
 import re
 import textwrap
-from collections.abc import Callable, Sequence
+import types
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Case", "Mistake", "Feedback", "FunctionExercise", "SpotTheBug"]
+__all__ = ["Case", "Mistake", "Feedback", "FunctionExercise", "SpotTheBug", "Rule", "no_loops", "forbids", "requires"]
 
 
 @dataclass
@@ -107,6 +118,160 @@ def _globals_read(function) -> list[str]:
                   and not isinstance(namespace.get(name), bool))
 
 
+# --- rules: how the answer may be computed ------------------------------------------------------------------
+def _code_objects(code: types.CodeType) -> Iterator[types.CodeType]:
+    """``code`` and every code object nested in it (comprehensions, inner functions, lambdas)."""
+    yield code
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            yield from _code_objects(const)
+
+
+def _loop_kind(function) -> str | None:
+    """``"for"`` or ``"while"`` (or a comprehension) if ``function``'s bytecode loops, else ``None``."""
+    code = getattr(function, "__code__", None)
+    if code is None:
+        return None
+    for inner in _code_objects(code):
+        if inner.co_name in ("<listcomp>", "<setcomp>", "<dictcomp>", "<genexpr>"):
+            return "a comprehension (" + inner.co_name.strip("<>") + ")"
+        names = {ins.opname for ins in dis.get_instructions(inner)}
+        if "FOR_ITER" in names:
+            return "a `for` loop or a comprehension"
+        if any("BACKWARD" in name for name in names) or "JUMP_ABSOLUTE" in names:
+            return "a `while` loop"
+    return None
+
+
+def _resolve(dotted: str) -> tuple[object, str, object]:
+    """``"torch.nn.functional.softmax"`` -> (the module or class that holds it, attribute name, the object)."""
+    parts = dotted.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for part in parts[cut:-1]:
+                owner = getattr(owner, part)
+            return owner, parts[-1], getattr(owner, parts[-1])
+        except AttributeError:
+            break
+    raise ValueError(f"cannot find {dotted!r}: give a full dotted name such as 'torch.softmax'")
+
+
+@contextlib.contextmanager
+def _watching(dotted_names: Sequence[str], namespace: dict, calls: list[str]) -> Iterator[None]:
+    """While active, every call of one of ``dotted_names`` is appended to ``calls`` (and still runs).
+
+    Also catches the learner's own aliases: a name in ``namespace`` (the notebook's globals) bound to the same
+    object, as after ``from torch.nn.functional import softmax``.
+    """
+    undo: list[tuple[object, str, object]] = []
+    try:
+        for dotted in dotted_names:
+            owner, attribute, original = _resolve(dotted)
+
+            def recorder(*args, __original=original, __name=dotted, **kwargs):
+                calls.append(__name)
+                return __original(*args, **kwargs)
+
+            undo.append((owner, attribute, original))
+            setattr(owner, attribute, recorder)
+            for key, value in list(namespace.items()):
+                if value is original:
+                    undo.append((namespace, key, original))
+                    namespace[key] = recorder
+        yield
+    finally:
+        for owner, attribute, original in reversed(undo):
+            if isinstance(owner, dict):
+                owner[attribute] = original
+            else:
+                setattr(owner, attribute, original)
+
+
+class Rule:
+    """An instruction about how to compute the answer, checked on the learner's function.
+
+    ``before(function)`` looks at the function without running it; ``watch`` names the calls to record
+    while it runs; ``after(calls)`` judges the calls recorded during one run. Each returns a problem in
+    words, or ``None``.
+    """
+
+    watch: tuple[str, ...] = ()
+
+    def before(self, function) -> str | None:
+        return None
+
+    def after(self, calls: list[str]) -> str | None:
+        return None
+
+
+class _NoLoops(Rule):
+    def before(self, function) -> str | None:
+        kind = _loop_kind(function)
+        if kind:
+            return (f"the task asks for no Python loop, and your function uses {kind}. Let one tensor operation "
+                    f"work on every row at once.")
+        return None
+
+    def __repr__(self) -> str:
+        return "no_loops()"
+
+
+class _Forbids(Rule):
+    def __init__(self, names: tuple[str, ...], why: str):
+        self.watch, self.why = names, why
+
+    def after(self, calls: list[str]) -> str | None:
+        used = [name for name in calls if name in self.watch]  # in call order: the learner's own call first
+        if used:
+            return f"the task asks you not to call {' or '.join(f'`{n}`' for n in self.watch)}, and your " \
+                   f"function calls `{used[0]}`. {self.why}".rstrip()
+        return None
+
+    def __repr__(self) -> str:
+        return f"forbids{self.watch!r}"
+
+
+class _Requires(Rule):
+    def __init__(self, names: tuple[str, ...], why: str):
+        self.watch, self.why = names, why
+
+    def after(self, calls: list[str]) -> str | None:
+        if not any(name in calls for name in self.watch):
+            return f"the task asks you to use {' or '.join(f'`{n}`' for n in self.watch)}, and your function " \
+                   f"never calls it. {self.why}".rstrip()
+        return None
+
+    def __repr__(self) -> str:
+        return f"requires{self.watch!r}"
+
+
+def _names(names: tuple[str, ...], what: str) -> tuple[str, ...]:
+    if not names or not all(isinstance(n, str) and "." in n for n in names):
+        raise ValueError(f"{what} takes one or more dotted names such as 'torch.softmax', got {names!r}")
+    for name in names:
+        _resolve(name)  # a typo in a rule is the course's bug: fail when the exercise is defined
+    return names
+
+
+def no_loops() -> Rule:
+    """Rule: no ``for``/``while`` loop and no comprehension in the learner's function."""
+    return _NoLoops()
+
+
+def forbids(*names: str, why: str = "") -> Rule:
+    """Rule: the learner's function must not call any of ``names`` (dotted, e.g. ``"torch.softmax"``)."""
+    return _Forbids(_names(names, "forbids"), why)
+
+
+def requires(*names: str, why: str = "") -> Rule:
+    """Rule: the learner's function must call at least one of ``names`` on every input."""
+    return _Requires(_names(names, "requires"), why)
+
+
 class FunctionExercise:
     """An exercise whose answer is a function.
 
@@ -115,7 +280,8 @@ class FunctionExercise:
         task: one sentence saying what the function must do (shown by :meth:`describe`).
         reference: the right answer, usually the course's canonical helper; called with the same inputs.
         cases: ``cases(generator) -> list[Case]``; the generator is seeded with ``seed`` on every check.
-        hint: a nudge tied to the lesson.
+        hint: a nudge tied to the lesson, or a list of nudges, each a little more precise; ``.hint()`` shows
+            the next one. A hint never contains the answer (that is what ``.solution()`` is for).
         solution: a function written the way a learner would; :meth:`solution` prints its source.
         mistakes: known wrong answers, each with the message that names the problem.
         atol, rtol: tolerances for the value comparison.
@@ -123,18 +289,29 @@ class FunctionExercise:
         properties: for random answers, ``properties(got, case, function) -> problem or None`` replaces the
             value comparison (``got`` is the learner's result, ``case`` holds the inputs, ``function`` may be
             called again, e.g. to see that a second draw differs).
+        rules: instructions about how to compute the answer (:func:`no_loops`, :func:`forbids`,
+            :func:`requires`); breaking one makes the answer wrong even when its values are right.
+        name: how the notebook reaches this exercise (e.g. ``"lesson02.stable_softmax"``), used in the message
+            that points to ``.hint()``; the lesson package sets it.
     """
 
     def __init__(self, title: str, task: str, reference: Callable, cases: Callable[[torch.Generator], list[Case]],
-                 hint: str, solution: Callable, mistakes: Sequence[Mistake] = (), *,
+                 hint: str | Sequence[str], solution: Callable, mistakes: Sequence[Mistake] = (), *,
                  atol: float = 1e-5, rtol: float = 1e-4, seed: int = 0,
-                 properties: Callable[[object, Case, Callable], str | None] | None = None):
-        for name, value in (("reference", reference), ("cases", cases), ("solution", solution)):
+                 properties: Callable[[object, Case, Callable], str | None] | None = None,
+                 rules: Sequence[Rule] = (), name: str = ""):
+        for arg, value in (("reference", reference), ("cases", cases), ("solution", solution)):
             if not callable(value):
-                raise TypeError(f"{name} must be callable, got {type(value).__name__}")
+                raise TypeError(f"{arg} must be callable, got {type(value).__name__}")
+        hints = [hint] if isinstance(hint, str) else list(hint)
+        if not hints or not all(isinstance(h, str) and h.strip() for h in hints):
+            raise TypeError("hint must be a non-empty string or a list of them")
+        if not all(isinstance(rule, Rule) for rule in rules):
+            raise TypeError("rules must be made by no_loops(), forbids(...) or requires(...)")
         self.title, self.task, self.reference, self.cases = title, task, reference, cases
-        self._hint, self._solution, self.mistakes = hint, solution, list(mistakes)
+        self._hints, self._hints_shown, self._solution, self.mistakes = hints, 0, solution, list(mistakes)
         self.atol, self.rtol, self.seed, self.properties = atol, rtol, seed, properties
+        self.rules, self.name = list(rules), name
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.title!r})"
@@ -145,8 +322,11 @@ class FunctionExercise:
         print(f"{self.title}: {self.task}")
 
     def hint(self) -> None:
-        """Print a nudge towards the answer."""
-        print(f"Hint ({self.title}): {self._hint}")
+        """Print the next nudge towards the answer (each call one more, then the last one again)."""
+        index = min(self._hints_shown, len(self._hints) - 1)
+        self._hints_shown += 1
+        count = f" {index + 1} of {len(self._hints)}" if len(self._hints) > 1 else ""
+        print(f"Hint{count} ({self.title}): {self._hints[index]}")
 
     def solution(self) -> None:
         """Print a model answer. Try first: the checker tells you what is wrong, step by step."""
@@ -161,30 +341,66 @@ class FunctionExercise:
                                f"(its name, without brackets).")
         cases = self.cases(torch.Generator().manual_seed(self.seed))
         previous: list[tuple[Case, tuple, tuple]] = []
+        for rule in self.rules:
+            problem = rule.before(function)
+            if problem and not self._is_placeholder(function):
+                return self._wrong(problem)
+        watched = tuple(dict.fromkeys(name for rule in self.rules for name in rule.watch))
+        namespace = getattr(function, "__globals__", {})
         for case in cases:
             args, kwargs = case.fresh_args()
+            calls: list[str] = []
             try:
-                got = function(*args, **kwargs)
+                with _watching(watched, namespace, calls):
+                    got = function(*args, **kwargs)
             except NotImplementedError:
                 return Feedback("not done", f"⏳ {self.title}: not done yet. Replace the line "
-                                            f"`raise NotImplementedError` with your code and run the cell again.\n"
-                                            f"   Hint: {self._hint}")
+                                            f"`raise NotImplementedError` with your code and run the cell again."
+                                            f"{self._ask_for_hint()}")
             except Exception as error:  # the learner's code failed: say where, not a traceback
                 return self._wrong(f"on {case.description}, your function raised "
                                    f"{type(error).__name__}: {error}")
             args, kwargs = case.fresh_args()
             with torch.random.fork_rng(devices=[]):  # a random reference must not move the learner's stream
                 expected = self.reference(*args, **kwargs)
-            problem = self._compare(_as_tuple(got), _as_tuple(expected), case, previous, function)
+            problem = self._shape_of_return(got, expected) or self._compare(
+                _as_tuple(got), _as_tuple(expected), case, previous, function)
             if problem:
                 return self._wrong(f"on {case.description}, {problem}")
+            for rule in self.rules:
+                problem = rule.after(calls)
+                if problem:
+                    return self._wrong(f"the values are right, but {problem}")
             previous.append((case, _as_tuple(got), _as_tuple(expected)))
         return Feedback("correct", f"✅ {self.title}: correct on all {len(cases)} test inputs "
                                    f"({', '.join(c.description for c in cases)}).")
 
     # --- comparison ---------------------------------------------------------------------------
+    def _ask_for_hint(self) -> str:
+        if self.name:
+            return f"\n   Stuck? `{self.name}.hint()` gives a nudge."
+        return "\n   Stuck? Call `.hint()` on this exercise for a nudge."
+
     def _wrong(self, problem: str) -> Feedback:
-        return Feedback("wrong", f"❌ {self.title}: {problem}\n   Hint: {self._hint}")
+        return Feedback("wrong", f"❌ {self.title}: {problem}{self._ask_for_hint()}")
+
+    @staticmethod
+    def _is_placeholder(function) -> bool:
+        code = getattr(function, "__code__", None)
+        return code is not None and "NotImplementedError" in code.co_names
+
+    @staticmethod
+    def _shape_of_return(got, expected) -> str | None:
+        """A precise message when the answer is packed differently: a list for a tuple, a list for a tensor."""
+        if isinstance(expected, tuple) and isinstance(got, list) and len(got) == len(expected):
+            return (f"your function returned a list of {len(got)} values; return them as a tuple, "
+                    f"`return a, b` (a list is one value).")
+        if isinstance(expected, torch.Tensor) and isinstance(got, (list, tuple)) and not isinstance(got, torch.Size):
+            if got:
+                return (f"your function returned a {type(got).__name__} of {len(got)} items, expected one tensor "
+                        f"of shape {tuple(expected.shape)}. Build the tensor itself (torch.stack or torch.tensor), "
+                        f"or better, compute it with one tensor operation.")
+        return None
 
     def _compare(self, got: tuple, expected: tuple, case: Case, previous, function) -> str | None:
         if self._all_close(got, expected):
@@ -299,7 +515,7 @@ class SpotTheBug(FunctionExercise):
         Everything else as :class:`FunctionExercise`.
     """
 
-    def __init__(self, title: str, task: str, reference: Callable, cases, hint: str, solution: Callable,
+    def __init__(self, title: str, task: str, reference: Callable, cases, hint, solution: Callable,
                  buggy: Callable, bug_message: str, mistakes: Sequence[Mistake] = (), **options):
         super().__init__(title, task, reference, cases, hint, solution,
                          [Mistake(buggy, bug_message), *mistakes], **options)
