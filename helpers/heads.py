@@ -73,7 +73,12 @@ def layer_cost(d_in: int, num_heads: int, head_dim: int, num_tokens: int, d_out:
 
 
 def split_heads_cost(d_model: int, num_heads: int, num_tokens: int, qkv_bias: bool = False) -> AttentionCost:
-    """Heads that share the ``d_model`` features: ``head_dim = d_model // num_heads`` (the usual design)."""
+    """Heads that share the ``d_model`` features: ``head_dim = d_model // num_heads`` (the usual design).
+
+    GPT-2 small (``d_model=768, num_heads=12``) has biases on its query/key/value projection: pass
+    ``qkv_bias=True`` for its 2,362,368 parameters; the default ``qkv_bias=False`` gives the 2,360,064 of the
+    chapter-3 layer of Raschka (2024).
+    """
     check_positive_int("d_model", d_model)
     check_positive_int("num_heads", num_heads)
     if d_model % num_heads != 0:

@@ -66,11 +66,15 @@ def test_wrapper_to_multihead_keeps_the_mode_and_rejects_bad_input():
         wrapper_to_multihead(wrapper, nn.Linear(4, 3))
 
 
-def test_gpt2_sized_layer():
-    cost = split_heads_cost(768, 12, 1024)
-    assert isinstance(cost, AttentionCost)
-    assert (cost.num_heads, cost.head_dim, cost.parameters) == (12, 64, 2_360_064)
-    assert cost.attn_weights == 12 * 1024 * 1024
+def test_gpt2_small_sized_layers():
+    """GPT-2 small's attention (768 wide, 12 heads, 1024 tokens) has query/key/value biases (openai/gpt-2
+    src/model.py, c_attn): 4*768**2 + 4*768 parameters. Without them it is the chapter-3 layer of
+    Raschka (2024), 2,360,064."""
+    gpt2 = split_heads_cost(768, 12, 1024, qkv_bias=True)
+    assert isinstance(gpt2, AttentionCost)
+    assert (gpt2.num_heads, gpt2.head_dim, gpt2.parameters) == (12, 64, 4 * 768**2 + 4 * 768) == (12, 64, 2_362_368)
+    assert gpt2.attn_weights == 12 * 1024 * 1024
+    assert split_heads_cost(768, 12, 1024).parameters == 2_360_064
 
 
 @pytest.mark.parametrize("d_model,num_heads,qkv_bias", [(12, 1, False), (12, 3, False), (12, 4, True), (8, 8, True)])

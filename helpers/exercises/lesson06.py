@@ -7,7 +7,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
 
 __all__ = ["split_heads", "merge_heads", "head_scale"]
 
@@ -37,10 +37,15 @@ def _solution_split_heads(x, num_heads):
 split_heads = FunctionExercise(
     "Split into heads",
     "write split_heads(x, num_heads) turning (batch, num_tokens, d_out) into (batch, num_heads, num_tokens, "
-    "head_dim): head h gets features h*head_dim ... (h+1)*head_dim - 1 of every token.",
+    "head_dim): head h gets features h*head_dim ... (h+1)*head_dim - 1 of every token. Tensor operations only, "
+    "no Python loop.",
     reference=_reference_split,
     cases=_split_cases,
-    hint="view to (batch, num_tokens, num_heads, head_dim) first, then swap dimensions 1 and 2.",
+    hint=["Look at the layout of one token first: its d_out features are num_heads groups of head_dim. Which "
+          "shape names those two axes, while the tokens stay where they are?",
+          "A reshape never moves numbers, it only re-reads them in memory order; putting the heads in front of "
+          "the tokens is a different kind of operation."],
+    rules=[no_loops()],
     solution=_solution_split_heads,
     mistakes=[
         Mistake(lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h),
@@ -70,10 +75,13 @@ def _solution_merge_heads(x):
 merge_heads = FunctionExercise(
     "Merge the heads",
     "write merge_heads(x) turning (batch, num_heads, num_tokens, head_dim) back into (batch, num_tokens, "
-    "num_heads * head_dim), each token's heads side by side: the inverse of split_heads.",
+    "num_heads * head_dim), each token's heads side by side: the inverse of split_heads. Tensor operations "
+    "only, no Python loop.",
     reference=_reference_merge,
     cases=_merge_cases,
-    hint="transpose(1, 2) back to (batch, tokens, heads, head_dim); .contiguous() before .view.",
+    hint=["Undo the split's two steps, in the opposite order.",
+          "If PyTorch refuses your view, ask what the step before it did to the order of the numbers in memory."],
+    rules=[no_loops()],
     solution=_solution_merge_heads,
     mistakes=[
         Mistake(lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
@@ -87,7 +95,7 @@ merge_heads = FunctionExercise(
 def _attention_cases(g: torch.Generator) -> list[Case]:
     def case(num_heads, d_out):
         shape = (2, 5, d_out)
-        return Case(f"batch 2, 5 tokens, d_out={d_out}, {num_heads} head(s)",
+        return Case(f"batch 2, 5 tokens, d_out={d_out}, {num_heads} head{'' if num_heads == 1 else 's'}",
                     (randn(g, *shape), randn(g, *shape), randn(g, *shape), num_heads))
     return [case(1, 4), case(2, 8), case(4, 16)]
 
@@ -132,7 +140,8 @@ head_scale = SpotTheBug(
     "causal attention in every head. It is right with one head and wrong with more. Fix it.",
     reference=_reference_heads,
     cases=_attention_cases,
-    hint="inside a head, how wide are the keys whose dot products you scale?",
+    hint=["With one head the code is right. What changes inside the function when there are more heads?",
+          "Count the terms of one head's dot product q . k."],
     solution=_solution_multi_head,
     buggy=buggy_multi_head,
     bug_message="the scores are divided by sqrt(d_out), the width of ALL heads together. Each head's dot "

@@ -1,0 +1,120 @@
+"""Live pictures of notebook 06 (multi-head attention).
+
+* :func:`head_grid`: every head's weights of one layer as small maps sharing one colour bar, one head large with
+  its values; controls pick the head and the query token whose row is outlined in every map.
+* :func:`num_heads_explorer`: a slider over ``num_heads`` for a layer of ``d_model`` features: which head reads
+  which feature, and what the split layer costs next to heads that each get all ``d_model`` features.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..heads import full_width_heads_cost, split_heads_cost
+from ..plotting import Bars, CourseFigure, Heatmap, new_figure
+from ..widgets import LiveFigure, choice, int_slider, steps_slider
+
+__all__ = ["heads_text", "head_grid", "num_heads_explorer"]
+
+
+def heads_text(num_heads: int) -> str:
+    """``"1 head"``, ``"12 heads"``: the count with the noun in the right number."""
+    return f"{num_heads} head" if num_heads == 1 else f"{num_heads} heads"
+
+
+def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 0, query: int = 0) -> LiveFigure:
+    """All heads' weights ``(H, T, T)`` at once, and one head large with its values.
+
+    Small maps (two per row) show every head on the fixed 0..1 scale of one shared colour bar; the ``head``
+    buttons frame one of them in orange and show it large; the ``query token`` slider outlines that token's row in
+    every map. The returned :class:`LiveFigure` carries ``.small_maps`` and ``.big_map`` (the builders).
+    """
+    weights = torch.as_tensor(head_weights).detach().to("cpu", torch.float32)
+    if weights.dim() != 3 or weights.shape[1] != weights.shape[2]:
+        raise ValueError(f"head_weights must have shape (H, T, T), got {tuple(weights.shape)}")
+    num_heads, num_tokens, _ = weights.shape
+    tokens = list(tokens)
+    if len(tokens) != num_tokens:
+        raise ValueError(f"tokens must have {num_tokens} entries, got {len(tokens)}")
+    labels = [f"{i}:{word}" for i, word in enumerate(tokens)]  # positions keep repeated words apart
+    small_rows = math.ceil(num_heads / 2)
+    fig = CourseFigure(figsize=(12, 3.0 * small_rows + 0.6), layout="constrained")
+    mosaic = [[f"h{2 * r}", f"h{2 * r + 1}" if 2 * r + 1 < num_heads else ".", "big"] for r in range(small_rows)]
+    axes = fig.subplot_mosaic(mosaic, width_ratios=[1, 1, 1.7])
+    small_maps = []
+    for h in range(num_heads):
+        left, bottom = h % 2 == 0, h + 2 >= num_heads  # axis titles on the outer maps only
+        small = Heatmap(axes[f"h{h}"], weights[h], labels, labels, vmin=0.0, vmax=1.0, annotate=False,
+                        title=f"head {h}", xlabel="key token" if bottom else "",
+                        ylabel="query token" if left else "")
+        small.colorbar.remove()                       # one colour bar serves every map (same 0..1 scale)
+        small.ax.tick_params(labelsize=8)
+        if not left:                                  # the left map of a row already names the query tokens
+            small.ax.set_yticklabels([])
+        small_maps.append(small)
+    big_map = Heatmap(axes["big"], weights[head], labels, labels, vmin=0.0, vmax=1.0, fmt="{:.2f}")
+    big_map.colorbar.remove()
+    fig.colorbar(big_map.image, ax=list(axes.values()), label="attention weight $a_{ij}$ (0 to 1)", shrink=0.8)
+
+    def redraw(head: str, query: int) -> None:
+        selected = int(head.split()[-1])
+        for h, small in enumerate(small_maps):
+            for spine in small.ax.spines.values():    # an orange frame around the selected head
+                spine.set_edgecolor("darkorange" if h == selected else "black")
+                spine.set_linewidth(5 if h == selected else 0.8)
+            small.outline_row(query)
+        big_map.update(weights[selected], title=f"head {selected}: row {query} ('{tokens[query]}') outlined")
+        big_map.outline_row(query)
+
+    frames = [spine for small in small_maps for spine in small.ax.spines.values()]
+    grid = LiveFigure(fig, redraw, {"head": choice("head", [f"head {h}" for h in range(num_heads)],
+                                                   value=f"head {head}"),
+                                    "query": int_slider("query token", query, 0, num_tokens - 1)},
+                      animated=frames)  # the frames change too: repaint them with the maps, not the whole figure
+    grid.small_maps, grid.big_map = small_maps, big_map
+    return grid
+
+
+def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: bool = True,
+                       max_heads: int = 96, value: int = 12) -> LiveFigure:
+    """A ``num_heads`` slider (every divisor of ``d_model`` up to ``max_heads``) for a layer of ``d_model`` features.
+
+    Left: the ``d_model`` features of one token's query, coloured by the head that reads them (ten colours,
+    repeating). Middle and right (log scale): parameters and matrix-product FLOPs for one sequence of
+    ``num_tokens`` tokens, split heads next to heads that each get all ``d_model`` features. The returned
+    :class:`LiveFigure` carries ``.strip_ax``, ``.params_bars`` and ``.flops_bars``.
+    """
+    head_counts = [h for h in range(1, max_heads + 1) if d_model % h == 0]
+    if value not in head_counts:
+        raise ValueError(f"value must divide d_model={d_model} and be at most {max_heads}, got {value}")
+    fig = new_figure(12, 3.8, ncols=3)
+    strip_ax, params_ax, flops_ax = list(fig.axes)
+    strip = strip_ax.imshow(torch.zeros(1, d_model).numpy(), cmap="tab10", vmin=-0.5, vmax=9.5,
+                            aspect="auto", interpolation="nearest")
+    strip_ax.set_yticks([])
+    strip_ax.set_xticks([0, d_model // 4, d_model // 2, 3 * d_model // 4, d_model - 1])
+    strip_ax.set_xlabel(f"feature of one token's query (0 … {d_model - 1})")
+    bar_labels = ["split heads", "full-width heads"]
+    params_bars = Bars(params_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel="parameters", ylim=(1e6, 1e10),
+                       annotate=True, fmt="{:,.0f}")
+    flops_bars = Bars(flops_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel=f"matmul FLOPs (T = {num_tokens})",
+                      ylim=(1e9, 1e13), annotate=True, fmt="{:.2e}")
+    params_ax.set_yscale("log")
+    flops_ax.set_yscale("log")
+
+    def redraw(num_heads: int) -> None:
+        split = split_heads_cost(d_model, num_heads, num_tokens, qkv_bias=qkv_bias)
+        full = full_width_heads_cost(d_model, num_heads, num_tokens, qkv_bias=qkv_bias)
+        head_of_feature = torch.arange(d_model) // split.head_dim   # feature i is read by head i // head_dim
+        strip.set_data((head_of_feature % 10).view(1, d_model).numpy())
+        strip_ax.set_title(f"{heads_text(num_heads)} × head_dim {split.head_dim} = {d_model} features")
+        params_bars.update([split.parameters, full.parameters], highlight=1,
+                           title=f"parameters: {split.parameters:,} (split)")
+        flops_bars.update([split.flops, full.flops], highlight=1, title=f"FLOPs: {split.flops / 1e9:.2f} G (split)")
+
+    explorer = LiveFigure(fig, redraw, {"num_heads": steps_slider("num_heads", head_counts, value=value)})
+    explorer.strip_ax, explorer.params_bars, explorer.flops_bars = strip_ax, params_bars, flops_bars
+    return explorer

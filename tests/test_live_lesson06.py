@@ -1,0 +1,126 @@
+"""Notebook 06's live pictures and diagram: the controls drive the pictures, the diagram follows its sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from helpers.diagrams.heads import split_heads_diagram
+from helpers.heads import full_width_heads_cost, split_heads_cost
+from helpers.live.lesson06 import head_grid, heads_text, num_heads_explorer
+from helpers.modules import MultiHeadAttention
+from helpers.plotting import figure_to_png
+
+SENTENCE = "the cat sat on the mat because it was tired".split()
+
+
+@pytest.fixture(scope="module")
+def head_weights():
+    """The lesson's (4, 10, 10) weights: an untrained 4-head layer on the ten-word sentence."""
+    vocab = sorted(set(SENTENCE))
+    word_ids = torch.tensor([vocab.index(word) for word in SENTENCE])
+    torch.manual_seed(123)
+    embedding = nn.Embedding(len(vocab), 16)
+    layer = MultiHeadAttention(d_in=16, d_out=16, context_length=10, dropout=0.0, num_heads=4).eval()
+    with torch.no_grad():
+        _, weights = layer(3.0 * embedding(word_ids).unsqueeze(0), return_weights=True)
+    return weights[0]
+
+
+def _png_pixels(png: bytes) -> np.ndarray:
+    import io
+
+    from matplotlib.image import imread
+    return imread(io.BytesIO(png))
+
+
+def test_heads_text_is_singular_for_one():
+    assert heads_text(1) == "1 head"
+    assert heads_text(12) == "12 heads"
+
+
+def test_head_grid_shows_the_chosen_head_and_frames_it(head_weights):
+    it, mat = SENTENCE.index("it"), SENTENCE.index("mat")
+    grid = head_grid(head_weights, SENTENCE, query=it)
+    assert repr(grid) == "LiveFigure(head='head 0', query=7)"
+    torch.testing.assert_close(torch.as_tensor(grid.big_map.image.get_array()), head_weights[0])
+    first = bytes(grid.image.value)
+
+    grid.controls["head"].value = "head 2"
+    grid.controls["query"].value = mat
+    torch.testing.assert_close(torch.as_tensor(grid.big_map.image.get_array()), head_weights[2])
+    framed = [h for h, small in enumerate(grid.small_maps) if small.ax.spines["left"].get_linewidth() > 1]
+    assert framed == [2]
+    assert grid.big_map.ax.get_title() == "head 2: row 5 ('mat') outlined"
+    assert bytes(grid.image.value) != first                         # the picture changed
+    assert abs(float(head_weights[2, mat, 1]) - 0.97) < 0.01        # the value the lesson prints
+
+    grid.controls["head"].value = "head 0"                           # back to the start: the same pixels
+    grid.controls["query"].value = it
+    np.testing.assert_array_equal(_png_pixels(bytes(grid.image.value)), _png_pixels(first))
+
+
+def test_head_grid_has_one_shared_colour_bar_on_a_fixed_scale(head_weights):
+    grid = head_grid(head_weights, SENTENCE)
+    colour_bars = [ax for ax in grid.fig.axes if ax.get_label() == "<colorbar>"]
+    assert len(colour_bars) == 1
+    for heatmap in [*grid.small_maps, grid.big_map]:
+        assert heatmap.image.get_clim() == (0.0, 1.0)
+        assert all(label.get_fontsize() >= 8 for label in heatmap.ax.get_xticklabels())
+
+
+def test_head_grid_rejects_bad_input(head_weights):
+    with pytest.raises(ValueError, match="shape"):
+        head_grid(head_weights[0], SENTENCE)
+    with pytest.raises(ValueError, match="tokens"):
+        head_grid(head_weights, SENTENCE[:5])
+
+
+def test_num_heads_explorer_keeps_split_cost_and_grows_full_width():
+    explorer = num_heads_explorer(768, 1024, qkv_bias=True)
+    assert repr(explorer) == "LiveFigure(num_heads=12)"
+    first = bytes(explorer.image.value)
+    for num_heads in (1, 96):
+        explorer.controls["num_heads"].value = num_heads
+        split_params, full_params = [bar.get_height() for bar in explorer.params_bars.bars]
+        assert split_params == split_heads_cost(768, num_heads, 1024, qkv_bias=True).parameters == 2_362_368
+        assert full_params == full_width_heads_cost(768, num_heads, 1024, qkv_bias=True).parameters
+        assert bytes(explorer.image.value) != first
+    explorer.controls["num_heads"].value = 1
+    assert explorer.strip_ax.get_title() == "1 head × head_dim 768 = 768 features"
+    explorer.controls["num_heads"].value = 96
+    assert explorer.strip_ax.get_title() == "96 heads × head_dim 8 = 768 features"
+    explorer.controls["num_heads"].value = 12
+    np.testing.assert_array_equal(_png_pixels(bytes(explorer.image.value)), _png_pixels(first))
+
+
+def test_num_heads_explorer_without_bias_gives_the_books_count():
+    explorer = num_heads_explorer(768, 1024, qkv_bias=False)
+    assert explorer.params_bars.bars[0].get_height() == 4 * 768**2 + 768 == 2_360_064
+
+
+def test_num_heads_explorer_rejects_a_count_that_does_not_divide():
+    with pytest.raises(ValueError, match="divide"):
+        num_heads_explorer(768, 1024, value=5)
+
+
+@pytest.mark.parametrize("num_tokens, d_out, num_heads", [(6, 12, 3), (4, 8, 4), (3, 4, 1)])
+def test_split_heads_diagram_draws_every_cell_of_its_sizes(num_tokens, d_out, num_heads):
+    fig = split_heads_diagram(num_tokens, d_out, num_heads)
+    cells = [patch for patch in fig.axes[0].patches if type(patch).__name__ == "Rectangle"]
+    # Q, its view, the deck of Q heads, the deck of context heads, the merged heads and the output
+    assert len(cells) == 6 * num_tokens * d_out
+    texts = " ".join(text.get_text() for text in fig.axes[0].texts)
+    assert f"(B, {num_heads}, {num_tokens}, {d_out // num_heads})" in texts
+    assert f"(B, {num_tokens}, {d_out})" in texts
+    assert fig.get_figwidth() <= 12.0
+    assert figure_to_png(fig)[:4] == b"\x89PNG"
+
+
+def test_split_heads_diagram_rejects_sizes_that_do_not_split():
+    with pytest.raises(ValueError, match="divisible"):
+        split_heads_diagram(6, 10, 3)
+    with pytest.raises(ValueError, match="positive"):
+        split_heads_diagram(0, 12, 3)
