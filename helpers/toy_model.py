@@ -208,10 +208,10 @@ def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
 
 @dataclass
 class ToyTrainingRun:
-    """What :func:`train_toy_model` returns (everything kept in memory, on the CPU).
+    """What :func:`train_toy_model` returns (kept in memory; everything but the model on the CPU).
 
     Attributes:
-        model: the trained model, in ``eval()`` mode.
+        model: the trained model, in ``eval()`` mode, on the device it was trained on.
         steps: ``S`` step counts at which a checkpoint was taken (0 = before training).
         weights: ``(S, N, H, T, T)`` attention weights on the watched examples at each checkpoint.
         predictions: ``(S, N, T)`` the model's output tokens on the watched examples.
@@ -235,7 +235,8 @@ class ToyTrainingRun:
 
 def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch.Tensor, num_steps: int = 100,
                     batch_size: int = 64, lr: float = 0.01, d_model: int = 32, num_heads: int = 2,
-                    use_positions: bool = True, seed: int = 0, checkpoint_every: int = 10) -> ToyTrainingRun:
+                    use_positions: bool = True, seed: int = 0, checkpoint_every: int = 10,
+                    device: torch.device | str | None = None) -> ToyTrainingRun:
     """Train an :class:`AttentionOnlyModel` on ``task`` with Adam and cross-entropy; keep checkpoints in memory.
 
     Every ``checkpoint_every`` steps (and at 0 and ``num_steps``) it records the
@@ -243,7 +244,8 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     on ``test_ids`` ``(M, T)``. Reproducible: the model is initialised under
     ``torch.manual_seed(seed)`` inside a forked random state (the caller's global
     generator is untouched), batches come from a ``torch.Generator`` seeded with
-    ``seed``, and everything runs on the CPU.
+    ``seed``. Both are drawn on the CPU and then moved to ``device`` (default: the CPU), so the run starts
+    from the same numbers on every machine; the checkpoints are kept on the CPU.
     """
     if not isinstance(task, FetchTask):
         raise TypeError(f"task must be a FetchTask, got {type(task).__name__}")
@@ -254,22 +256,25 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     _check_int("seed", seed)
+    device = torch.device("cpu") if device is None else torch.device(device)
     previous_threads = torch.get_num_threads()
     # One thread: these matrices are tiny, so more threads only add waiting (badly so on a busy machine),
     # and a single thread makes the sums, hence the run, independent of how many cores the machine has.
     torch.set_num_threads(1)
     try:
         return _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_heads, use_positions,
-                      seed, checkpoint_every)
+                      seed, checkpoint_every, device)
     finally:
         torch.set_num_threads(previous_threads)
 
 
 def _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_heads, use_positions, seed,
-           checkpoint_every) -> ToyTrainingRun:
+           checkpoint_every, device) -> ToyTrainingRun:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AttentionOnlyModel(task.vocab_size, task.num_tokens, d_model, num_heads, use_positions)
+    model = model.to(device)  # initialised on the CPU, then moved: the same start on every device
+    watch_ids, test_ids = watch_ids.to(device), test_ids.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     test_targets = task.targets(test_ids)  # (M, T)
@@ -282,11 +287,11 @@ def _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_he
                 accuracies.append(accuracy(model(test_ids), test_targets))
             model.train()
             steps.append(step)
-            weights.append(watch_weights)
-            predictions.append(watch_logits.argmax(dim=-1))  # (N, T)
+            weights.append(watch_weights.cpu())
+            predictions.append(watch_logits.argmax(dim=-1).cpu())  # (N, T)
         if step == num_steps:
             break
-        token_ids = task.sample(batch_size, generator)  # (B, T)
+        token_ids = task.sample(batch_size, generator).to(device)  # (B, T), drawn on the CPU
         logits = model(token_ids)  # (B, T, V)
         loss = nn.functional.cross_entropy(logits.reshape(-1, task.vocab_size), task.targets(token_ids).reshape(-1))
         optimizer.zero_grad()

@@ -1,0 +1,146 @@
+"""A GPT-style transformer, drawn bottom to top: where the course's attention sits and what surrounds it.
+
+Token and position embeddings, then ``num_layers`` identical blocks (layer norm, causal multi-head attention, a
+residual addition, layer norm, a position-wise feed-forward network, a second residual addition), a final layer
+norm and a linear layer to one score per vocabulary entry. Layer norm sits at the input of each sub-layer, as in
+GPT-2 (Radford et al. 2019) and the GPT model of Raschka (2024, chapter 4); the original transformer (Vaswani et
+al. 2017) normalised after each residual addition instead. A side panel shows the KV cache used at generation.
+
+The sizes in the shape labels come from the arguments, e.g. GPT-2 small:
+``transformer_block_diagram(num_layers=12, d_model=768, d_ff=3072, num_heads=12, vocab_size=50257)``.
+"""
+
+from __future__ import annotations
+
+from matplotlib.axes import Axes
+from matplotlib.patches import Circle, FancyBboxPatch
+
+from ..plotting import CourseFigure
+from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
+
+__all__ = ["transformer_block_diagram", "box"]
+
+TOY_EDGE = "#2171b5"  # outline of the parts that notebook 08's small model has too
+
+
+def box(ax: Axes, x: float, y: float, width: float, height: float, text: str, *, color: str = "white",
+        edge: str = "#525252", linewidth: float = 1.0, fontsize: float = 10,
+        dashed: bool = False) -> tuple[float, float]:
+    """A rounded box with its top-left corner at (x, y) and ``text`` centred in it; return its centre."""
+    ax.add_patch(FancyBboxPatch((x, y), width, height, boxstyle="round,pad=0,rounding_size=0.25",
+                                facecolor=color, edgecolor=edge, linewidth=linewidth,
+                                linestyle="--" if dashed else "-"))
+    if text:
+        label(ax, x + width / 2, y + height / 2, text, fontsize=fontsize)
+    return x + width / 2, y + height / 2
+
+
+def _plus(ax: Axes, x: float, y: float, radius: float = 0.45) -> None:
+    ax.add_patch(Circle((x, y), radius, facecolor="white", edgecolor="#252525", linewidth=1.2))
+    label(ax, x, y - 0.03, "+", fontsize=13)
+
+
+def _residual(ax: Axes, start_y: float, plus_y: float, x_main: float, x_side: float) -> None:
+    """The skip path: leave the main line at ``start_y``, run up the side, join the addition at ``plus_y``."""
+    ax.plot([x_main, x_side, x_side], [start_y, start_y, plus_y], color="#cb181d", linewidth=1.5)
+    arrow(ax, (x_side, plus_y), (x_main - 0.45, plus_y), color="#cb181d")
+
+
+def _check_sizes(**sizes: int) -> None:
+    for name, value in sizes.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+
+
+def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: int = 3072, num_heads: int = 12,
+                              vocab_size: int = 50257, cached_tokens: int = 5) -> CourseFigure:
+    """The data flow of a GPT-style model; the attention built in notebooks 01-07 is highlighted.
+
+    Args:
+        num_layers: how many times the block is repeated (``N``).
+        d_model: width of every token vector between the blocks.
+        d_ff: width of the feed-forward network's hidden layer (4 x ``d_model`` in GPT-2).
+        num_heads: heads of the attention layer (``H``).
+        vocab_size: number of scores per position at the output (``V``).
+        cached_tokens: how many earlier tokens the KV-cache panel shows.
+    """
+    _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, num_heads=num_heads, vocab_size=vocab_size,
+                 cached_tokens=cached_tokens)
+    fig, ax = diagram_canvas(37, 31)
+    left, width, mid = 2.0, 12.0, 8.0
+    side = 1.0  # x of the residual paths
+    notes = 15.0  # x where the notes on the right start
+    note = dict(fontsize=9.5, ha="left", color="#252525")
+
+    # Bottom: token ids -> embeddings (+ positions).
+    label(ax, mid, 30.2, "token ids  $(B, T)$", fontsize=10)
+    arrow(ax, (mid, 29.7), (mid, 28.6))
+    box(ax, left, 26.6, width, 2.0, "token embedding  +  position embedding", color=PALETTE["inputs"],
+        edge=TOY_EDGE, linewidth=2.5)
+    label(ax, notes, 27.2, "positions: a learned vector per position, added to the token's", **note)
+    label(ax, notes, 28.0, "(GPT-2, this notebook); fixed sinusoids in Vaswani et al. 2017", **note)
+    label(ax, mid, 26.1, f"$(B, T, {d_model})$", fontsize=9, color="#525252")
+
+    # The repeated block.
+    box(ax, 0.2, 7.6, 14.6, 17.8, "", dashed=True, edge="#737373")
+    label(ax, 13.9, 8.3, f"$\\times\\,{num_layers}$", fontsize=14, fontweight="bold", ha="right")
+    arrow(ax, (mid, 25.8), (mid, 23.4))
+    box(ax, left, 22.2, width, 1.2, "layer norm", color="#e5f5e0")
+    arrow(ax, (mid, 22.2), (mid, 21.2))
+    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention, $H = {num_heads}$\n(notebooks 01-07)",
+        color=PALETTE["weights"], edge=TOY_EDGE, linewidth=2.5, fontsize=10.5)
+    arrow(ax, (mid, 19.0), (mid, 18.05))
+    _plus(ax, mid, 17.6)
+    _residual(ax, 24.6, 17.6, mid, side)
+    arrow(ax, (mid, 17.15), (mid, 15.9))
+    box(ax, left, 14.7, width, 1.2, "layer norm", color="#e5f5e0")
+    arrow(ax, (mid, 14.7), (mid, 13.7))
+    box(ax, left, 10.9, width, 2.8,
+        f"feed-forward, at each position alone:\nlinear ${d_model} \\to {d_ff}$, GELU, linear ${d_ff} \\to {d_model}$",
+        color="#f2f0f7")
+    arrow(ax, (mid, 10.9), (mid, 9.95))
+    _plus(ax, mid, 9.5)
+    _residual(ax, 16.4, 9.5, mid, side)
+    label(ax, notes, 17.3, "the red paths are residual connections: each sub-layer", **note)
+    label(ax, notes, 18.0, "adds its output to its input (He et al. 2016)", **note)
+    label(ax, notes, 22.8, "layer norm: each token vector rescaled to mean 0, variance 1,", **note)
+    label(ax, notes, 23.5, "then a learned scale and shift (Ba et al. 2016)", **note)
+    label(ax, notes, 19.7, "mixes information ACROSS tokens: the only place", **note)
+    label(ax, notes, 20.4, "where token $i$ reads the other tokens", **note)
+    label(ax, notes, 11.9, "works on each token vector on its own:", **note)
+    label(ax, notes, 12.6, "the same two-layer network at every position", **note)
+    label(ax, notes, 9.5, f"the block keeps the shape $(B, T, {d_model})$, so blocks stack", **note)
+
+    # Top: final norm and the output layer.
+    arrow(ax, (mid, 9.05), (mid, 6.6))
+    box(ax, left, 5.4, width, 1.2, "final layer norm", color="#e5f5e0")
+    arrow(ax, (mid, 5.4), (mid, 4.4))
+    box(ax, left, 2.6, width, 1.8, f"linear output layer, ${d_model} \\to {vocab_size}$", color=PALETTE["context"],
+        edge=TOY_EDGE, linewidth=2.5)
+    arrow(ax, (mid, 2.6), (mid, 1.4))
+    label(ax, mid, 0.8, f"one score per vocabulary entry  $(B, T, {vocab_size})$", fontsize=10)
+    label(ax, notes, 3.5, "this notebook's model: only the blue-outlined parts,", **note)
+    label(ax, notes, 4.2, "one attention layer, no residual, norm or feed-forward", **note)
+    ax.plot([notes, notes + 1.2], [2.4, 2.4], color=TOY_EDGE, linewidth=2.5)
+    label(ax, notes + 1.6, 2.4, "in notebook 08's model", **note)
+
+    # Side panel: the KV cache at generation time.
+    kv_x, kv_y = 30.0, 6.3
+    label(ax, kv_x + 2.5, kv_y - 1.9, "KV cache, at generation", fontsize=10, fontweight="bold")
+    label(ax, kv_x + 2.5, kv_y - 1.2, "(in every attention layer, per head)", fontsize=9, color="#525252")
+    new_row = [(cached_tokens, c) for c in range(2)]
+    tensor_grid(ax, kv_x - 0.5, kv_y, cached_tokens + 1, 2, color=PALETTE["keys"], name="",
+                shape_text="$K$", fontsize=10)
+    tensor_grid(ax, kv_x + 3.5, kv_y, cached_tokens + 1, 2, color=PALETTE["values"], name="",
+                shape_text="$V$", fontsize=10)
+    for x in (kv_x - 0.5, kv_x + 3.5):  # the new token's row, computed now; the rows above come from the cache
+        for _, c in new_row:
+            ax.add_patch(FancyBboxPatch((x + c, kv_y + cached_tokens), 1, 1, boxstyle="square,pad=0",
+                                        facecolor="none", edgecolor="#cb181d", linewidth=2))
+    label(ax, kv_x + 2.5, kv_y + cached_tokens + 2.6, f"rows 0..{cached_tokens - 1}: stored from earlier steps",
+          fontsize=9)
+    label(ax, kv_x + 2.5, kv_y + cached_tokens + 3.3, f"row {cached_tokens} (red): the new token's $k$, $v$",
+          fontsize=9)
+    label(ax, kv_x + 2.5, kv_y + cached_tokens + 4.3, "the new token's $q$ attends to all rows;", fontsize=9)
+    label(ax, kv_x + 2.5, kv_y + cached_tokens + 5.0, "with a causal mask, old rows never change", fontsize=9)
+    return fig

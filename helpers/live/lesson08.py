@@ -1,0 +1,121 @@
+"""The pictures of notebook 08 (watch attention learn): ideal patterns, heads at a checkpoint, the training scrubber.
+
+Every heatmap here shows attention weights ``A`` of one head on one sequence: rows are output positions (the
+queries ``i``), columns the input tokens (the keys ``j``), on a fixed 0..1 colour scale. Red boxes mark the task's
+ideal pattern, and the row labels show what the model writes at each output position, with a cross where it is
+wrong. Nothing is recomputed on a slider move: the training run saved every picture.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from matplotlib.axes import Axes
+from matplotlib.patches import Rectangle
+
+from ..plotting import CourseFigure, Heatmap, new_figure
+from ..toy_model import FetchTask, ToyTrainingRun
+from ..widgets import LiveFigure, int_slider
+
+__all__ = ["key_labels", "query_labels", "mark_ideal", "ideal_pattern_figure", "heads_figure", "training_explorer"]
+
+XLABEL = "key: input token $j$"
+YLABEL = "query: output position $i$"
+
+
+def key_labels(task: FetchTask, token_ids: torch.Tensor) -> list[str]:
+    """The input tokens with their positions, e.g. ``"C·7"``: the key axis of every heatmap."""
+    return [f"{letter}·{j}" for j, letter in enumerate(task.labels(token_ids))]
+
+
+def query_labels(task: FetchTask, token_ids: torch.Tensor, answers: torch.Tensor | None = None) -> list[str]:
+    """``"out i: X"``: the letter output ``i`` must write, or the model's ``answers`` with a cross where wrong."""
+    wanted = task.labels(task.targets(token_ids))
+    if answers is None:
+        return [f"out {i} = {w}" for i, w in enumerate(wanted)]
+    written = task.labels(answers)
+    return [f"out {i}: {a}" + ("" if a == w else " ✗") for i, (a, w) in enumerate(zip(written, wanted))]
+
+
+def mark_ideal(ax: Axes, task: FetchTask) -> None:
+    """A red box on each cell of the task's ideal pattern, drawn above the heatmap."""
+    for i, j in enumerate(task.source_positions().tolist()):
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5, zorder=3))
+
+
+def _heatmap(ax: Axes, weights: torch.Tensor, task: FetchTask, token_ids: torch.Tensor, rows: Sequence[str],
+             title: str, colorbar: bool = True) -> Heatmap:
+    heatmap = Heatmap(ax, weights, list(rows), key_labels(task, token_ids), vmin=0.0, vmax=1.0, annotate=False,
+                      xlabel=XLABEL, ylabel=YLABEL, title=title, colorbar_label="attention weight $a_{ij}$")
+    if not colorbar:  # one colour bar per row of panels is enough: they share the 0..1 scale
+        heatmap.colorbar.remove()
+    mark_ideal(ax, task)
+    return heatmap
+
+
+def ideal_pattern_figure(task: FetchTask, token_ids: torch.Tensor) -> CourseFigure:
+    """The task's ideal attention on one example sequence ``(T,)``."""
+    fig = new_figure(5.4, 4.6)
+    _heatmap(fig.axes[0], task.ideal_pattern(), task, token_ids, query_labels(task, token_ids),
+             f"Ideal $A$ for {task.name}")
+    return fig
+
+
+def heads_figure(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, steps: Sequence[int] = (),
+                 example: int = 0, title: str = "") -> CourseFigure:
+    """Every head's weights on watched example ``example``: one row of panels per training step in ``steps``.
+
+    ``steps`` defaults to the last checkpoint; ``title`` starts each panel's title (the head and step follow).
+    """
+    steps = list(steps) or [run.steps[-1]]
+    num_heads = run.weights.shape[2]
+    fig = new_figure(5.0 * num_heads + 0.8, 4.3 * len(steps), ncols=num_heads, nrows=len(steps))
+    for row, step in enumerate(steps):
+        checkpoint = run.checkpoint(step)
+        labels = query_labels(task, watch_ids[example], run.predictions[checkpoint, example])
+        for head in range(num_heads):
+            _heatmap(fig.axes[row * num_heads + head], run.weights[checkpoint, example, head], task,
+                     watch_ids[example], labels, f"{title}$A$ of head {head}, step {step}",
+                     colorbar=head == num_heads - 1)
+    return fig
+
+
+def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor) -> LiveFigure:
+    """Two sliders (training step, watched example) over each head's weights, beside the learning curves.
+
+    Left: one heatmap per head at the chosen checkpoint and example. Right: held-out accuracy and each head's
+    mean weight on the ideal key over training, with a red line at the chosen step.
+    """
+    num_heads = run.weights.shape[2]
+    fig = new_figure(12, 4.4, ncols=num_heads + 1)
+    head_axes, curve_ax = fig.axes[:num_heads], fig.axes[num_heads]
+    first = query_labels(task, watch_ids[0], run.predictions[0, 0])
+    head_maps = [_heatmap(ax, run.weights[0, 0, head], task, watch_ids[0], first, "", colorbar=head == num_heads - 1)
+                 for head, ax in enumerate(head_axes)]
+    # (S, N, H, T, T) * (T, T) summed over keys -> (S, N, H, T), then the mean over examples and rows -> (S, H)
+    on_ideal = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=(1, 3))
+    curve_ax.plot(run.steps, run.accuracies, color="black", linewidth=2, label="held-out accuracy")
+    for head in range(num_heads):
+        curve_ax.plot(run.steps, on_ideal[:, head], label=f"head {head}: mean weight on ideal key")
+    curve_ax.axhline(1 / task.vocab_size, color="gray", linestyle=":", linewidth=1)
+    curve_ax.text(run.steps[-1], 1 / task.vocab_size + 0.02, "chance", ha="right", color="gray")
+    step_line = curve_ax.axvline(0, color="red", linewidth=1.5)
+    curve_ax.set(ylim=(0, 1.05), xlabel="training step", ylabel="accuracy, or weight on ideal key",
+                 title="Accuracy follows the pattern")
+    curve_ax.legend(loc="center right", fontsize=8)
+
+    def redraw(step: int, example: int) -> None:
+        checkpoint = run.checkpoint(step)
+        for head, heatmap in enumerate(head_maps):
+            heatmap.update(run.weights[checkpoint, example, head],
+                           title=f"$A$ of head {head}, step {step}, accuracy {run.accuracies[checkpoint]:.0%}")
+            heatmap.ax.set_yticklabels(query_labels(task, watch_ids[example], run.predictions[checkpoint, example]))
+            heatmap.ax.set_xticklabels(key_labels(task, watch_ids[example]))
+        step_line.set_xdata([step, step])
+
+    every = run.steps[1] - run.steps[0]
+    return LiveFigure(fig, redraw, {
+        "step": int_slider("training step", 0, 0, run.steps[-1], step=every),
+        "example": int_slider("held-out example", 0, 0, len(watch_ids) - 1),
+    }, animated=[step_line])
