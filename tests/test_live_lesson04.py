@@ -1,0 +1,119 @@
+"""Notebook 04's live picture: the controls drive the heatmap, the bars, the grey future band and its label."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from helpers.live.lesson04 import causal_explorer, future_weight
+from helpers.masks import causal_mask
+
+TOKENS = "Your journey starts with one step".split()
+
+
+@pytest.fixture
+def weights():
+    generator = torch.Generator().manual_seed(0)
+    scores = torch.randn(6, 6, generator=generator) * 2.0
+    unmasked = torch.softmax(scores, dim=-1)
+    causal = torch.softmax(scores.masked_fill(causal_mask(6), float("-inf")), dim=-1)
+    return unmasked, causal
+
+
+def test_starts_on_the_causal_weights_at_the_chosen_query(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
+    assert repr(explorer) == "LiveFigure(causal='on', query=2)"
+    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), causal)
+    assert explorer.initial_png and bytes(explorer.image.value) == explorer.initial_png
+
+
+def test_mask_off_shows_the_unmasked_weights_and_the_leak(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
+    before = bytes(explorer.image.value)
+    explorer.controls["causal"].value = "off"
+    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), unmasked)
+    assert explorer.weights_map.ax.get_title() == "Weights $A$, causal mask off"
+    leak = future_weight(unmasked, 2)
+    assert leak > 0.0
+    assert explorer.future_label.get_text() == f"future: seen, {leak:.2f} of the weight"
+    assert bytes(explorer.image.value) != before  # the picture itself changed
+
+
+def test_query_slider_moves_the_bars_band_and_outline(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
+    one = TOKENS.index("one")
+    explorer.controls["query"].value = one
+    heights = [bar.get_height() for bar in explorer.query_bars.bars]
+    torch.testing.assert_close(torch.tensor(heights), causal[one])
+    assert heights[-1] == 0.0  # "step" is in the future of "one"
+    assert explorer.query_bars.ax.get_title() == "Row 4 of $A$: query 'one' (red: itself)"
+    assert explorer.future_label.get_text() == "future: hidden, 0.00 of the weight"
+    band = [p for p in explorer.query_bars.ax.patches if p.get_facecolor()[:3] == pytest.approx((0.88,) * 3)]
+    assert len(band) == 1 and band[0].get_x() == one + 0.5 and band[0].get_width() == len(TOKENS) - 1 - one
+    assert explorer.weights_map._row_outline.get_y() == one - 0.5
+
+
+def test_last_query_has_no_future_label(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=5)
+    explorer.controls["causal"].value = "off"
+    assert explorer.future_label.get_text() == ""
+    torch.testing.assert_close(unmasked[5], causal[5])
+
+
+def test_the_notebook_example_values():
+    """The numbers that notebook 04 prints for its own sentence: 'starts' leaks 0.73 with the mask off."""
+    torch.manual_seed(123)
+    embedding = torch.nn.Embedding(6, 3)
+    W_query, W_key = torch.rand(3, 2), torch.rand(3, 2)
+    with torch.no_grad():
+        inputs = embedding(torch.tensor([0, 1, 3, 5, 2, 4]))
+    scores = (inputs @ W_query) @ (inputs @ W_key).T / 2 ** 0.5
+    unmasked = torch.softmax(scores, dim=-1)
+    causal = torch.softmax(scores.masked_fill(causal_mask(6), float("-inf")), dim=-1)
+    explorer = causal_explorer(unmasked, causal, TOKENS)
+    explorer.controls["causal"].value = "off"
+    assert explorer.future_label.get_text() == "future: seen, 0.73 of the weight"
+    explorer.controls["causal"].value = "on"
+    explorer.controls["query"].value = 4
+    heights = [f"{bar.get_height():.2f}" for bar in explorer.query_bars.bars]
+    assert heights == ["0.09", "0.70", "0.08", "0.01", "0.12", "0.00"]
+
+
+def test_wrong_shapes_are_refused(weights):
+    unmasked, causal = weights
+    with pytest.raises(ValueError, match="causal_weights must be a \\(6, 6\\)"):
+        causal_explorer(unmasked, causal[:5, :5], TOKENS)
+
+
+# --- the pictures of helpers.diagrams.masking ------------------------------------------------------------
+@pytest.mark.parametrize("num_tokens", [1, 3, 6])
+def test_mask_then_softmax_diagram_is_sized_by_num_tokens(num_tokens):
+    from helpers.diagrams._draw import PALETTE
+    from helpers.diagrams.masking import mask_then_softmax_diagram
+    from matplotlib.colors import to_hex
+
+    ax = mask_then_softmax_diagram(num_tokens).axes[0]
+    cells = [p for p in ax.patches if type(p).__name__ == "Rectangle"]
+    assert len(cells) == 4 * num_tokens ** 2                      # S, M, masked S, A
+    hidden = num_tokens * (num_tokens - 1) // 2
+    grey = [p for p in cells if to_hex(p.get_facecolor()) == PALETTE["mask"]]
+    assert len(grey) == 2 * hidden                                # in M and in the masked S
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("−∞") == hidden and texts.count("0") == hidden
+    assert ax.figure.get_figwidth() <= 12.0
+
+
+def test_draw_mask_uses_two_colours_and_a_legend_not_a_colour_bar():
+    from helpers.diagrams.masking import plot_mask
+
+    fig = plot_mask(causal_mask(4), TOKENS[:4], TOKENS[:4], title="M")
+    ax = fig.axes[0]
+    assert len(fig.axes) == 1                                     # no colour bar
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["hidden (True)", "visible (False)"]
+    assert ax.images[0].get_array().tolist() == causal_mask(4).int().tolist()
+    with pytest.raises(TypeError, match="bool"):
+        plot_mask(causal_mask(4).float(), TOKENS[:4], TOKENS[:4])
