@@ -141,7 +141,7 @@ class TrainingRun:
 
 def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = SelfAttention_v2, *,
                     num_steps: int = 200, batch_size: int = 64, lr: float = 0.02, seed: int = 123,
-                    snapshot_every: int = 5) -> TrainingRun:
+                    snapshot_every: int = 5, device: torch.device | str | None = None) -> TrainingRun:
     """Train ``attention_cls(task.d_in, vocab_size)`` on ``task`` with Adam; record the probe's weights.
 
     The context vector of each token is read as one score per word (logits) and
@@ -152,6 +152,9 @@ def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = Se
     module is initialised under ``torch.manual_seed(seed)`` inside a forked random
     state (the caller's global generator is left untouched) and batches come from
     a ``torch.Generator`` seeded with ``seed``.
+
+    ``device`` (default: the CPU) is where the module trains. Initial weights and batches are still drawn on
+    the CPU and moved there, so a GPU run starts from the same numbers; ``snapshots`` always live on the CPU.
     """
     if not isinstance(task, PreviousTokenTask):
         raise TypeError(f"task must be a PreviousTokenTask, got {type(task).__name__}")
@@ -170,11 +173,13 @@ def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = Se
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = attention_cls(task.d_in, vocab_size)
+    device = torch.device("cpu") if device is None else torch.device(device)
+    model = model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     probe_labels, probe_ids = task.probe()
-    probe_x = task.embed(probe_ids)  # (T, d_in)
-    target_positions = task.target_positions()
+    probe_x = task.embed(probe_ids).to(device)  # (T, d_in)
+    target_positions = task.target_positions().to(device)
     steps, snapshots, losses, target_weights = [], [], [], []
     for step in range(num_steps + 1):
         with torch.no_grad():
@@ -182,12 +187,13 @@ def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = Se
         target_weights.append(float(weight_on_target(probe_weights, target_positions).mean()))
         if step % snapshot_every == 0 or step == num_steps:
             steps.append(step)
-            snapshots.append(probe_weights.clone())
+            snapshots.append(probe_weights.cpu().clone())
         if step == num_steps:
             break
-        token_ids = task.sample(batch_size, generator)  # (B, T)
-        logits = model(task.embed(token_ids))  # (B, T, d_in) -> (B, T, vocab_size)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab_size), task.targets(token_ids).reshape(-1))
+        token_ids = task.sample(batch_size, generator)  # (B, T), drawn on the CPU
+        logits = model(task.embed(token_ids).to(device))  # (B, T, d_in) -> (B, T, vocab_size)
+        targets = task.targets(token_ids).to(device)  # (B, T)
+        loss = nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

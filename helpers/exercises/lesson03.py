@@ -1,4 +1,11 @@
-"""Exercises for notebook 03: trainable queries, keys and values."""
+"""Exercises for notebook 03: trainable queries, keys and values.
+
+1. ``shapes``: predict the shape of every tensor of a self-attention layer (no code to copy from the lesson).
+2. ``self_attention``: the whole layer, for one sequence or a batch of sequences, without a loop and without a
+   ready-made attention function.
+3. ``cross_attention``: spot the bug in a cross-attention function (queries from one sequence, keys and values
+   from another), a case the lesson names but does not code.
+"""
 
 from __future__ import annotations
 
@@ -8,22 +15,85 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ._inputs import journey_inputs, randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["project", "self_attention", "scale_by_global", "global_weights"]
-
-# The notebook's walk-through uses d_out_kq = 2; the first bug below reads a global of that name.
-d_out_kq = 2
+__all__ = ["shapes", "self_attention", "cross_attention"]
 
 
+# --- 1. choose the shapes ---------------------------------------------------------------------------
+def _reference_shapes(num_tokens, d_in, d_k, d_v):
+    inputs = torch.zeros(num_tokens, d_in)
+    queries, keys = inputs @ torch.zeros(d_in, d_k), inputs @ torch.zeros(d_in, d_k)
+    values = inputs @ torch.zeros(d_in, d_v)
+    context_vecs, attn_weights = scaled_dot_product_attention(queries, keys, values)
+    attn_scores = queries @ keys.T
+    return tuple(tuple(t.shape) for t in (queries, keys, values, attn_scores, attn_weights, context_vecs))
+
+
+def _shape_cases(g: torch.Generator) -> list[Case]:
+    del g  # the sizes are chosen, not drawn
+    return [Case(f"num_tokens={t}, d_in={d_in}, d_k={d_k}, d_v={d_v}", (t, d_in, d_k, d_v))
+            for t, d_in, d_k, d_v in [(6, 3, 2, 4), (5, 8, 3, 3), (1, 4, 16, 2), (7, 2, 5, 9)]]
+
+
+def _solution_shapes(num_tokens, d_in, d_k, d_v):
+    queries = (num_tokens, d_k)             # one query per token
+    keys = (num_tokens, d_k)                # compared with the queries: same width
+    values = (num_tokens, d_v)              # only mixed, never compared: a width of their own
+    attn_scores = (num_tokens, num_tokens)  # one score per (query token, key token) pair
+    attn_weights = (num_tokens, num_tokens)  # softmax keeps the shape
+    context_vecs = (num_tokens, d_v)        # a weighted sum of values
+    return queries, keys, values, attn_scores, attn_weights, context_vecs
+
+
+def _shapes_with(**changed):
+    def wrong(num_tokens, d_in, d_k, d_v):
+        right = dict(zip(("Q", "K", "V", "S", "A", "Z"), _solution_shapes(num_tokens, d_in, d_k, d_v)))
+        sizes = {"T": num_tokens, "d_in": d_in, "d_k": d_k, "d_v": d_v}
+        right.update({name: tuple(sizes[s] for s in dims) for name, dims in changed.items()})
+        return tuple(right.values())
+    return wrong
+
+
+shapes = FunctionExercise(
+    "Choose the shapes",
+    "write shapes(num_tokens, d_in, d_k, d_v) returning the shapes of (queries, keys, values, attn_scores, "
+    "attn_weights, context_vecs) of one self-attention layer, each as a tuple such as (6, 2). Queries and keys "
+    "have width d_k, values have width d_v.",
+    reference=_reference_shapes,
+    cases=_shape_cases,
+    hint=["Go through the diagram of the lesson from left to right: how many rows does each tensor have, and "
+          "what decides its number of columns?",
+          "A score compares one query token with one key token. How many such pairs are there?"],
+    solution=_solution_shapes,
+    mistakes=[
+        Mistake(_shapes_with(S=("d_k", "d_k"), A=("d_k", "d_k")),
+                "your scores are (d_k, d_k). There is one score per pair of tokens (a query token and a key "
+                "token), whatever the width of the vectors compared."),
+        Mistake(_shapes_with(Z=("T", "d_k")),
+                "your context vectors have the width of the keys. A context vector is a weighted sum of value "
+                "vectors: which width do they have?"),
+        Mistake(_shapes_with(Z=("T", "d_in")),
+                "your context vectors have the width of the inputs. They are mixtures of the values, not of the "
+                "inputs."),
+        Mistake(_shapes_with(V=("T", "d_k"), Z=("T", "d_k")),
+                "your values have the width of the keys. Values are never compared with anything, so W_value "
+                "may give them their own width, d_v."),
+        Mistake(_shapes_with(Q=("d_in", "d_k"), K=("d_in", "d_k"), V=("d_in", "d_v")),
+                "(d_in, d_k) is the shape of a weight matrix. Q, K and V hold one row per token."),
+    ],
+)
+
+
+# --- inputs shared by exercises 2 -------------------------------------------------------------------
 def _weights_cases(g: torch.Generator) -> list[Case]:
     def case(description, num_tokens, d_in, d_kq, d_v, inputs=None):
         inputs = randn(g, num_tokens, d_in) if inputs is None else inputs
         return Case(description, (inputs, randn(g, d_in, d_kq), randn(g, d_in, d_kq), randn(g, d_in, d_v)))
     return [
-        case("the journey sentence, d_out_kq=2, d_out_v=4", 6, 3, 2, 4, journey_inputs()),
-        case("5 random tokens, d_in=4, d_out_kq=3, d_out_v=3", 5, 4, 3, 3),
-        case("7 random tokens, d_in=8, d_out_kq=16, d_out_v=2", 7, 8, 16, 2),
+        case("the journey sentence, d_k=2, d_v=4", 6, 3, 2, 4, journey_inputs()),
+        case("5 random tokens, d_in=4, d_k=3, d_v=3", 5, 4, 3, 3),
+        case("7 random tokens, d_in=8, d_k=16, d_v=2", 7, 8, 16, 2),
     ]
 
 
@@ -31,112 +101,113 @@ def _reference_project(inputs, W_query, W_key, W_value):
     return inputs @ W_query, inputs @ W_key, inputs @ W_value
 
 
+# --- 2. self-attention, for one sequence or a batch --------------------------------------------------
+def _attention_cases(g: torch.Generator) -> list[Case]:
+    cases = _weights_cases(g)
+    for batch_size, num_tokens, d_in, d_k, d_v in [(2, 5, 4, 3, 3), (3, 4, 6, 2, 5)]:
+        cases.append(Case(f"a batch of {batch_size} sequences of {num_tokens} tokens, d_in={d_in}, d_k={d_k}, "
+                          f"d_v={d_v}",
+                          (randn(g, batch_size, num_tokens, d_in), randn(g, d_in, d_k), randn(g, d_in, d_k),
+                           randn(g, d_in, d_v))))
+    return cases
+
+
 def _reference_attention(inputs, W_query, W_key, W_value):
     queries, keys, values = _reference_project(inputs, W_query, W_key, W_value)
     return scaled_dot_product_attention(queries, keys, values)[0]
 
 
-# --- 1. projections ---------------------------------------------------------------------------------
-def _solution_project(inputs, W_query, W_key, W_value):
-    queries = inputs @ W_query   # (T, d_in) @ (d_in, d_out_kq) -> (T, d_out_kq)
-    keys = inputs @ W_key        # (T, d_in) @ (d_in, d_out_kq) -> (T, d_out_kq)
-    values = inputs @ W_value    # (T, d_in) @ (d_in, d_out_v)  -> (T, d_out_v)
-    return queries, keys, values
-
-
-project = FunctionExercise(
-    "Queries, keys and values",
-    "write project(inputs, W_query, W_key, W_value) returning (queries, keys, values): every token of `inputs` "
-    "(num_tokens, d_in) projected by each (d_in, d_out) weight matrix.",
-    reference=_reference_project,
-    cases=_weights_cases,
-    hint="each projection is one matrix product with the tokens as rows: inputs @ W.",
-    solution=_solution_project,
-    mistakes=[
-        Mistake(lambda x, wq, wk, wv: (x @ wk, x @ wq, x @ wv),
-                "your queries and keys are swapped. Return them in the order (queries, keys, values)."),
-        Mistake(lambda x, wq, wk, wv: (x @ wq, x @ wq, x @ wv),
-                "your keys were computed with W_query. Keys have their own matrix, W_key: that is what makes "
-                "the scores asymmetric."),
-    ],
-)
-
-
-# --- 2. self-attention with trainable weights --------------------------------------------------------
 def _solution_self_attention(inputs, W_query, W_key, W_value):
-    queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-    attn_scores = queries @ keys.T                                        # (T, T)
+    queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value  # (..., T, d_k), (..., T, d_v)
+    attn_scores = queries @ keys.transpose(-2, -1)      # (..., T, d_k) @ (..., d_k, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
-    return attn_weights @ values                                          # (T, d_out_v)
+    return attn_weights @ values                        # (..., T, T) @ (..., T, d_v) -> (..., T, d_v)
 
 
 self_attention = FunctionExercise(
-    "Self-attention with trainable weights",
+    "Self-attention for one sequence or a batch",
     "write self_attention(inputs, W_query, W_key, W_value) returning the context vectors "
-    "softmax(Q Kᵀ / sqrt(d_k)) V, shape (num_tokens, d_out_v).",
+    "softmax(Q Kᵀ / sqrt(d_k)) V. `inputs` is either one sequence (num_tokens, d_in) or a batch "
+    "(batch_size, num_tokens, d_in), like the batches the lesson trains on. No Python loop, and no ready-made "
+    "attention function (torch's or the course's).",
     reference=_reference_attention,
-    cases=_weights_cases,
-    hint="project first; the scale uses the keys' width, keys.shape[-1]; the weighted sum uses the values.",
+    cases=_attention_cases,
+    hint=["Try your function on one sequence first, then on torch.rand(2, 6, 3): which line stops working, "
+          "and what shape does it produce?",
+          "A batch adds a dimension in front. Read the documentation of Tensor.T: what does it do to a tensor "
+          "with three dimensions? You want to swap only the two dimensions that belong to one sequence."],
     solution=_solution_self_attention,
     mistakes=[
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).T / math.sqrt(wk.shape[1]), dim=-1) @ x,
-                "you summed the inputs instead of the values: the last product must use inputs @ W_value."),
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).T / math.sqrt(x.shape[1]), dim=-1)
-                @ (x @ wv),
-                "you scaled by sqrt(d_in), the width of the inputs. Scale by the width of the keys, d_out_kq."),
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).T, dim=-1) @ (x @ wv),
+        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(wk.shape[1]),
+                                                    dim=-1) @ x,
+                "you summed the inputs instead of the values: the last product must use the values."),
+        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(x.shape[-1]),
+                                                    dim=-1) @ (x @ wv),
+                "you scaled by sqrt(d_in), the width of the inputs. Scale by the width of the keys."),
+        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1), dim=-1) @ (x @ wv),
                 "you did not scale the scores by 1/sqrt(d_k) before the softmax."),
+        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1)
+                                                    / math.sqrt(wk.shape[1]), dim=1) @ (x @ wv),
+                "with a batch in front, softmax over dim=1 normalises over the queries, not over the keys: "
+                "each row of weights must sum to 1 over the last dimension."),
     ],
+    rules=[no_loops(),
+           forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
+                   "helpers.attention.scaled_dot_product_attention",
+                   why="Write the three steps (scores, weights, mix) yourself.")],
 )
 
 
-# --- 3. spot the bug: a scale read from a global ---------------------------------------------------
-def buggy_self_attention(inputs, W_query, W_key, W_value):
-    queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
+# --- 3. spot the bug: cross-attention -----------------------------------------------------------------
+def _cross_cases(g: torch.Generator) -> list[Case]:
+    def case(num_queries, num_kv, d_in, d_k, d_v):
+        return Case(f"{num_queries} query tokens and {num_kv} key/value tokens, d_in={d_in}, d_k={d_k}, d_v={d_v}",
+                    (randn(g, num_queries, d_in), randn(g, num_kv, d_in), randn(g, d_in, d_k), randn(g, d_in, d_k),
+                     randn(g, d_in, d_v)))
+    return [case(6, 6, 3, 2, 4), case(4, 7, 5, 3, 3), case(1, 5, 4, 4, 2)]
+
+
+def _reference_cross(x_q, x_kv, W_query, W_key, W_value):
+    return scaled_dot_product_attention(x_q @ W_query, x_kv @ W_key, x_kv @ W_value)[0]
+
+
+def buggy_cross_attention(x_q, x_kv, W_query, W_key, W_value):
+    queries = x_q @ W_query
+    keys = x_kv @ W_key
+    values = x_q @ W_value
     attn_scores = queries @ keys.T
-    attn_weights = torch.softmax(attn_scores / d_out_kq**0.5, dim=-1)
+    attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
     return attn_weights @ values
 
 
-scale_by_global = SpotTheBug(
-    "Spot the bug: the scale",
-    "this self-attention function gives the right answer for the notebook's example, yet is wrong for other "
-    "sizes. Find out why and fix it.",
-    reference=_reference_attention,
-    cases=_weights_cases,
-    hint="try it with W_key of width 3: which number in the function does not follow the inputs?",
-    solution=_solution_self_attention,
-    buggy=buggy_self_attention,
-    bug_message="the scale still comes from the global d_out_kq = 2, not from the keys this call computed. "
-                "It is only right when the keys happen to be 2 wide: use keys.shape[-1].",
-)
+def _solution_cross_attention(x_q, x_kv, W_query, W_key, W_value):
+    queries = x_q @ W_query                 # (T_q, d_k): the sequence that asks
+    keys = x_kv @ W_key                     # (T_kv, d_k): the sequence that is searched ...
+    values = x_kv @ W_value                 # (T_kv, d_v): ... and what it hands back
+    attn_scores = queries @ keys.T          # (T_q, T_kv)
+    attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
+    return attn_weights @ values            # (T_q, T_kv) @ (T_kv, d_v) -> (T_q, d_v)
 
 
-# --- 4. spot the bug: the weights of another call -----------------------------------------------------
-attn_weights = torch.softmax(journey_inputs() @ journey_inputs().T, dim=-1)  # a global left over from earlier cells
-
-
-def _same_size_cases(g: torch.Generator) -> list[Case]:
-    # Six tokens, like the global, so the bug runs without an error and must be caught by its values.
-    return [Case(f"6 random tokens, d_in=3, d_out={d}", (randn(g, 6, 3), randn(g, 3, d), randn(g, 3, d),
-                                                         randn(g, 3, d))) for d in (2, 4)]
-
-
-def buggy_context(inputs, W_query, W_key, W_value):
-    queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-    weights = torch.softmax(queries @ keys.T / keys.shape[-1] ** 0.5, dim=-1)
-    return attn_weights @ values
-
-
-global_weights = SpotTheBug(
-    "Spot the bug: whose weights?",
-    "this function computes attention weights and then does not use them. It runs, because the notebook "
-    "has a variable of the same shape lying around. Fix it.",
-    reference=_reference_attention,
-    cases=_same_size_cases,
-    hint="read the last line: where does the tensor it multiplies come from?",
-    solution=_solution_self_attention,
-    buggy=buggy_context,
-    bug_message="the last line uses attn_weights, a global from earlier cells, instead of the `weights` this "
-                "call computed. Every input then gets the same mixing pattern.",
+cross_attention = SpotTheBug(
+    "Spot the bug: cross-attention",
+    "in cross-attention the queries come from one sequence, x_q (num_queries, d_in), and the keys and values "
+    "from another, x_kv (num_kv, d_in). This function runs when both sequences have the same length, yet its "
+    "answer is wrong. Find the bug and fix it; the fixed function must also work when the lengths differ.",
+    reference=_reference_cross,
+    cases=_cross_cases,
+    hint=["Write the shape next to every line, with T_q and T_kv for the two lengths. Which product would fail "
+          "if the lengths differed?",
+          "Weight a_ij says how much query i takes from token j of which sequence?"],
+    solution=_solution_cross_attention,
+    buggy=buggy_cross_attention,
+    bug_message="your function still has the bug: with two sequences of the same length it runs, but its answer "
+                "is wrong. Call it with x_q and x_kv of different lengths and see which line fails.",
+    mistakes=[
+        Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xq @ wq, xq @ wk, xkv @ wv)[0],
+                "your keys come from x_q. The keys describe the tokens that can be attended to: the tokens of "
+                "x_kv."),
+        Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xkv @ wq, xkv @ wk, xkv @ wv)[0],
+                "you computed self-attention over x_kv: the queries must come from x_q, one per token that asks."),
+    ],
 )
