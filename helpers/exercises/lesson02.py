@@ -8,9 +8,9 @@ import torch
 
 from ..attention import scaled_dot_product_attention, softmax_stable
 from ._inputs import journey_inputs, randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["stable_softmax", "context_vector", "scaled_attention", "context_from_scores"]
+__all__ = ["stable_softmax", "temperature_limits", "scaled_attention", "context_from_scores"]
 
 
 # --- 1. a softmax that never overflows --------------------------------------------------------------
@@ -37,9 +37,12 @@ stable_softmax = FunctionExercise(
     "without overflowing for large scores and without calling torch.softmax.",
     reference=softmax_stable,
     cases=_softmax_cases,
-    hint="softmax does not change if you subtract the same number from a row: subtract each row's maximum "
-         "(max(dim=-1, keepdim=True)) before exp.",
+    hint=["Which number in a row makes exp overflow? What happens to a row's softmax if you subtract the same "
+          "number from every entry of that row?",
+          "Each row needs its own number, and it must broadcast back against the row: look at keepdim."],
     solution=_solution_stable_softmax,
+    rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+                   why="Write the exponentials and the sum yourself.")],
     mistakes=[
         Mistake(lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True),
                 "you exponentiate the raw scores: exp(1000) overflows to inf and inf / inf is nan. Subtract each "
@@ -58,43 +61,62 @@ stable_softmax = FunctionExercise(
 )
 
 
-# --- 2. the context vector of one query -------------------------------------------------------------
-def _context_cases(g: torch.Generator) -> list[Case]:
+# --- 2. predict the weights at the two extremes of the temperature ------------------------------------
+def _limit_cases(g: torch.Generator) -> list[Case]:
     return [
-        Case("the journey sentence, query index 1", (journey_inputs(), 1)),
-        Case("5 random tokens of dimension 4, query index 0", (randn(g, 5, 4), 0)),
-        Case("5 random tokens of dimension 4, the last token as query", (randn(g, 5, 4), 4)),
+        Case("the journey scores of 'journey'", (torch.tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865]),)),
+        Case("scores with a tie for the largest, [2, 5, 1, 5]", (torch.tensor([2.0, 5.0, 1.0, 5.0]),)),
+        Case("a (3, 5) matrix of random scores (one row per query)", (randn(g, 3, 5, scale=2.0),)),
+        Case("one score", (torch.tensor([0.3]),)),
     ]
 
 
-def _solution_context_vector(inputs, query_index):
-    attn_scores = inputs @ inputs[query_index]           # (T, d_in) @ (d_in,) -> (T,)
-    attn_weights = torch.softmax(attn_scores, dim=-1)    # (T,), sums to 1
-    return attn_weights @ inputs                          # (T,) @ (T, d_in) -> (d_in,)
+def _reference_limits(attn_scores):
+    is_max = attn_scores == attn_scores.amax(dim=-1, keepdim=True)
+    cold = is_max.float() / is_max.sum(dim=-1, keepdim=True)           # tau -> 0: the largest scores share it all
+    hot = torch.full_like(attn_scores, 1.0 / attn_scores.shape[-1])     # tau -> infinity: uniform
+    return cold, hot
 
 
-def _reference_context(inputs, query_index):
-    weights = softmax_stable(inputs @ inputs[query_index])
-    return weights @ inputs
+def _solution_temperature_limits(attn_scores):
+    num_keys = attn_scores.shape[-1]
+    winners = (attn_scores == attn_scores.max(dim=-1, keepdim=True).values).float()
+    very_cold = winners / winners.sum(dim=-1, keepdim=True)   # ties share the weight equally
+    very_hot = torch.ones_like(attn_scores) / num_keys         # every key gets the same weight
+    return very_cold, very_hot
 
 
-context_vector = FunctionExercise(
-    "Context vector of one query",
-    "write context_vector(inputs, query_index): scores of token `query_index` against every token (dot "
-    "products), softmax weights, and the weighted sum of the input vectors, shape (d_in,).",
-    reference=_reference_context,
-    cases=_context_cases,
-    hint="three lines: scores = inputs @ query, weights = softmax(scores), context = weights @ inputs.",
-    solution=_solution_context_vector,
+def _one_hot_first(s):
+    first = torch.nn.functional.one_hot(s.argmax(dim=-1), s.shape[-1]).float()
+    return first, torch.full_like(s, 1.0 / s.shape[-1])
+
+
+temperature_limits = FunctionExercise(
+    "Predict the weights at the extremes of the temperature",
+    "write temperature_limits(attn_scores) returning two tensors of the shape of `attn_scores`: the weights "
+    "softmax(attn_scores / tau) tends to as tau -> 0, and as tau -> infinity (over the last dimension). "
+    "Predict them from the scores; do not call softmax.",
+    reference=_reference_limits,
+    cases=_limit_cases,
+    hint=["Dividing by a tiny tau multiplies every gap between two scores by a huge number; dividing by a huge "
+          "tau shrinks every gap towards 0. What does softmax do with huge gaps, and with no gaps at all?",
+          "In the cold limit, only the keys with the largest score keep any weight. What if two keys tie?"],
+    solution=_solution_temperature_limits,
+    rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+                   why="Predict the limits from the scores themselves.")],
     mistakes=[
-        Mistake(lambda x, i: (x @ x[i]) @ x,
-                "you summed the inputs with the raw scores as weights. Turn the scores into weights with softmax "
-                "first, so they are positive and sum to 1."),
-        Mistake(lambda x, i: torch.softmax(x @ x[i], dim=-1),
-                "you returned the attention weights (one per token). The context vector is the weighted sum of "
-                "the input vectors: weights @ inputs."),
-        Mistake(lambda x, i: torch.softmax(x @ x[i], dim=-1) @ x / x.shape[0],
-                "you divided the weighted sum by the number of tokens. The softmax weights already sum to 1."),
+        Mistake(lambda s: _reference_limits(s)[::-1],
+                "you swapped the two limits. A small tau divides the scores by a small number: the gaps grow and "
+                "the weights sharpen. A large tau flattens them."),
+        Mistake(_one_hot_first,
+                "when two keys tie for the largest score, your cold limit gives all the weight to the first of "
+                "them. The softmax of two equal scores is equal, at every temperature."),
+        Mistake(lambda s: (_reference_limits(s)[0], torch.zeros_like(s)),
+                "your hot limit is all zeros, but weights always sum to 1: as every score counts the same, each "
+                "key gets 1 / (number of keys)."),
+        Mistake(lambda s: (_reference_limits(s)[0], torch.full_like(s, 1.0 / s.numel())),
+                "your hot limit divides by the number of all scores in the tensor. Each row (one query) sums to "
+                "1 on its own: divide by the number of keys, the last dimension."),
     ],
 )
 
@@ -125,8 +147,9 @@ scaled_attention = FunctionExercise(
     "(..., num_tokens, dim), returning the context vectors.",
     reference=lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
     cases=_attention_cases,
-    hint="d_k is keys.shape[-1]; transpose the last two dimensions of keys with keys.transpose(-2, -1) so it "
-         "also works with a batch dimension.",
+    hint=["Write the shape of every step, with the batch dimensions as `...`. Which dimension of the keys is "
+          "d_k, and which two dimensions must a transpose swap so that it still works with a batch in front?",
+          "The scale is a number computed from the width of the keys, not from the number of tokens."],
     solution=_solution_scaled_attention,
     mistakes=[
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1.0),
@@ -170,7 +193,7 @@ context_from_scores = SpotTheBug(
     "below has the right shapes and no error, but multiplies by the wrong matrix.",
     reference=lambda x: softmax_stable(x @ x.T) @ x,
     cases=_all_context_cases,
-    hint="look at which of the two (T, T) matrices the last line uses.",
+    hint="Two (T, T) matrices exist in this function. Which one has rows that sum to 1?",
     solution=_solution_all_context_vectors,
     buggy=buggy_all_context_vectors,
     bug_message="the last line still multiplies the raw scores with the inputs: the scores are not normalised, "

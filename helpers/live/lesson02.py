@@ -1,0 +1,83 @@
+"""Pictures of notebook 02 (softmax and context vectors).
+
+:func:`scores_and_weights` draws a score matrix next to the weights softmax makes of it (weights on a fixed 0..1
+scale). :func:`scaling_explorer` is the lesson's live figure: six random queries and keys, with controls for the
+width ``d_k``, the scaling by ``sqrt(d_k)`` and the temperature ``tau``; :func:`demo_weights` computes what it shows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+from ..plotting import Bars, CourseFigure, Heatmap, new_figure
+from ..widgets import LiveFigure, choice, float_slider, steps_slider
+
+__all__ = ["SCALED", "UNSCALED", "scores_and_weights", "demo_inputs", "demo_weights", "scaling_explorer"]
+
+SCALED, UNSCALED = "divide by √d_k", "no scaling"
+MAX_D_K, NUM_DEMO_TOKENS = 1024, 6
+
+
+def scores_and_weights(attn_scores: torch.Tensor, attn_weights: torch.Tensor, tokens: Sequence[str]) -> CourseFigure:
+    """Scores ``S`` (T, T) on the left, weights ``A`` (T, T) on the right, the weights on a fixed 0..1 scale."""
+    fig = new_figure(10.5, 4.2, ncols=2)
+    fig.get_layout_engine().set(wspace=0.12)  # room between the first colour bar's label and the second panel
+    Heatmap(fig.axes[0], attn_scores, tokens, tokens, title="Scores $S = X X^\\top$", colorbar_label="score")
+    Heatmap(fig.axes[1], attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
+            title="Weights $A$ = softmax of each row (scale 0..1)", colorbar_label="attention weight")
+    return fig
+
+
+def demo_inputs(seed: int = 123) -> tuple[torch.Tensor, torch.Tensor]:
+    """Six random queries and six random keys of width 1024 (seeded): two ``(6, 1024)`` tensors."""
+    generator = torch.Generator().manual_seed(seed)
+    queries = torch.randn(NUM_DEMO_TOKENS, MAX_D_K, generator=generator)
+    keys = torch.randn(NUM_DEMO_TOKENS, MAX_D_K, generator=generator)
+    return queries, keys
+
+
+def demo_weights(d_k: int, scaling: str = SCALED, temperature: float = 1.0,
+                 inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """Weights ``softmax(Q K^T / divisor)`` of the first ``d_k`` components, (6, 6).
+
+    ``divisor`` is ``temperature * sqrt(d_k)`` with scaling, ``temperature`` without.
+    """
+    if scaling not in (SCALED, UNSCALED):
+        raise ValueError(f"scaling must be {SCALED!r} or {UNSCALED!r}, got {scaling!r}")
+    queries, keys = demo_inputs() if inputs is None else inputs
+    attn_scores = queries[:, :d_k] @ keys[:, :d_k].T                  # (T, d_k) @ (d_k, T) -> (T, T)
+    divisor = temperature * (math.sqrt(d_k) if scaling == SCALED else 1.0)
+    return torch.softmax(attn_scores / divisor, dim=-1)               # (T, T), rows sum to 1
+
+
+def scaling_explorer(d_k: int = 64) -> LiveFigure:
+    """Query 0's weights (bars) and all six queries' weights (heatmap, fixed 0..1), with controls for ``d_k``
+    (1 .. 1024), the scaling and the temperature ``tau`` (0.1 .. 5). Carries its builders as ``.query_bars`` and
+    ``.heatmap``."""
+    inputs = demo_inputs()
+    query_labels = [f"query {i}" for i in range(NUM_DEMO_TOKENS)]
+    key_labels = [f"key {j}" for j in range(NUM_DEMO_TOKENS)]
+    first = demo_weights(d_k, SCALED, 1.0, inputs)
+    fig = new_figure(10, 4.0, ncols=2)
+    query_bars = Bars(fig.axes[0], first[0], key_labels, ylim=(0, 1.1), annotate=True,
+                      reference=1 / NUM_DEMO_TOKENS,  # dashed: what uniform weights would be
+                      ylabel="attention weight $a_{0j}$", title="Query 0 (row 0 of the heatmap); dashed: uniform 1/6")
+    heatmap = Heatmap(fig.axes[1], first, query_labels, key_labels, vmin=0.0, vmax=1.0,
+                      colorbar_label="attention weight")
+
+    def redraw(d_k: int, scaling: str, temperature: float) -> None:
+        weights = demo_weights(d_k, scaling, temperature, inputs)      # (T, T)
+        query_bars.update(weights[0])
+        how = f"scores ÷ (√{d_k}·τ)" if scaling == SCALED else "scores ÷ τ"
+        heatmap.update(weights, title=f"Weights $A$: $d_k$ = {d_k}, {how}, τ = {temperature:.1f}")
+
+    explorer = LiveFigure(fig, redraw, {
+        "d_k": steps_slider("d_k", [2 ** power for power in range(11)], d_k),  # 1, 2, 4, ..., 1024
+        "scaling": choice("scaling", [SCALED, UNSCALED]),
+        "temperature": float_slider("temperature τ", 1.0, 0.1, 5.0, 0.1, readout_format=".1f"),
+    })
+    explorer.query_bars, explorer.heatmap = query_bars, heatmap
+    return explorer

@@ -1,0 +1,99 @@
+"""Notebook 01's live picture and diagram: the controls drive the picture, the diagram follows its sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import helpers
+from helpers.diagrams.retrieval import retrieval_diagram
+from helpers.live.lesson01 import score_explorer, stretched_scores
+
+
+@pytest.fixture()
+def journey():
+    return helpers.your_journey()
+
+
+def test_stretched_scores_scale_row_and_column(journey):
+    tokens, inputs = journey
+    scores = inputs @ inputs.T
+    step = tokens.index("step")
+    new = stretched_scores(inputs, step, 3.0)
+    torch.testing.assert_close(new[step, step], 9 * scores[step, step])
+    torch.testing.assert_close(new[step, :step], 3 * scores[step, :step])
+    torch.testing.assert_close(new[:step, step], 3 * scores[:step, step])
+    torch.testing.assert_close(new[:step, :step], scores[:step, :step])
+    torch.testing.assert_close(inputs, helpers.your_journey()[1])  # the inputs are not changed
+
+
+def test_explorer_starts_on_journey_and_follows_its_controls(journey):
+    tokens, inputs = journey
+    explorer = score_explorer(inputs, tokens)
+    assert repr(explorer) == "LiveFigure(query='journey', stretch_token='step', factor=1.0)"
+    torch.testing.assert_close(torch.as_tensor(explorer.score_map.image.get_array()), inputs @ inputs.T)
+    first = bytes(explorer.image.value)
+
+    explorer.controls["query"].value = "step"
+    explorer.controls["factor"].value = 3.0
+    step = tokens.index("step")
+    drawn = torch.as_tensor(np.asarray(explorer.score_map.image.get_array()))
+    torch.testing.assert_close(drawn, stretched_scores(inputs, step, 3.0))
+    heights = [bar.get_height() for bar in explorer.query_bars.bars]
+    assert heights == pytest.approx(drawn[step].tolist())
+    assert drawn[step, step] / (inputs[step] @ inputs[step]) == pytest.approx(9.0)
+    assert drawn[step, 0] / (inputs[step] @ inputs[0]) == pytest.approx(3.0)
+    assert explorer.query_bars.bars[step].get_facecolor() != explorer.query_bars.bars[0].get_facecolor()
+    assert bytes(explorer.image.value) != first, "the picture did not change"
+
+    explorer.controls["factor"].value = 1.0
+    explorer.controls["query"].value = "journey"
+    assert bytes(explorer.image.value) == first, "back at the start, the picture is the first one again"
+
+
+def test_explorer_stretch_token_control(journey):
+    tokens, inputs = journey
+    explorer = score_explorer(inputs, tokens)
+    explorer.controls["stretch_token"].value = "Your"
+    explorer.controls["factor"].value = -1.0
+    drawn = torch.as_tensor(np.asarray(explorer.score_map.image.get_array()))
+    assert (drawn[0, 1:] < 0).all() and drawn[0, 0] > 0, "a flipped token scores negative with the others"
+
+
+def test_explorer_colour_bar_label_does_not_touch_the_bar_chart(journey):
+    tokens, inputs = journey
+    explorer = score_explorer(inputs, tokens)
+    fig = explorer.fig
+    renderer = fig.canvas.get_renderer()
+    colorbar_label = explorer.score_map.colorbar.ax.yaxis.label.get_window_extent(renderer)
+    bars_axes = explorer.query_bars.ax
+    bars_left = min(bars_axes.yaxis.label.get_window_extent(renderer).x0,
+                    bars_axes.get_tightbbox(renderer).x0)
+    # At least a quarter inch of white between them (the default layout leaves about 8 px at 80 dpi).
+    assert bars_left - colorbar_label.x1 >= 0.25 * fig.dpi, "the colour bar's label runs into the bar chart"
+
+
+@pytest.mark.parametrize("num_tokens, d_k, d_v", [(3, 3, 3), (6, 3, 3), (6, 2, 4)])
+def test_retrieval_diagram_is_sized_by_its_arguments(num_tokens, d_k, d_v):
+    tokens = [f"t{i}" for i in range(num_tokens)]
+    full = retrieval_diagram(tokens, 0, d_k=d_k, d_v=d_v)
+    short = retrieval_diagram(tokens, 0, d_k=d_k, d_v=d_v, upto="scores")
+    cells = lambda fig: sum(1 for p in fig.axes[0].patches if type(p).__name__ == "Rectangle")
+    assert cells(short) == d_k + num_tokens * d_k + num_tokens  # query, keys, scores
+    assert cells(full) == cells(short) + num_tokens + num_tokens * d_v + d_v  # weights, values, context
+    assert full.get_figwidth() <= 12 and short.get_figwidth() < full.get_figwidth()
+
+
+def test_retrieval_diagram_writes_the_numbers_and_checks_its_input(journey):
+    tokens, inputs = journey
+    scores = inputs @ inputs[1]
+    fig = retrieval_diagram(tokens, 1, scores=scores, weights=torch.softmax(scores, dim=0))
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {"0.95", "1.50", "0.24", "0.16"} <= texts
+    with pytest.raises(ValueError, match="query_index"):
+        retrieval_diagram(tokens, 6)
+    with pytest.raises(ValueError, match="one per token"):
+        retrieval_diagram(tokens, 1, scores=scores[:3])
+    with pytest.raises(ValueError, match="upto"):
+        retrieval_diagram(tokens, 1, upto="values")
