@@ -7,8 +7,12 @@ random state. On the CPU, with the generator in the same state, it drops exactly
 the weights ``torch.nn.functional.dropout`` drops.
 
 Which weights a given seed drops depends on the random-number generator behind
-it (CPU or GPU, and how PyTorch was built): print properties of a draw, never
-the draw itself.
+it: the GPU's differs from the CPU's, and on Intel processors PyTorch builds with
+MKL draw ``bernoulli_(p)`` with MKL's own generator (``bernoulli_scalar_kernel``
+in ``aten/src/ATen/native/cpu/DistributionKernels.cpp``). Print properties of a
+draw, never the draw itself. :func:`dropout_row_sums` compares uniform numbers
+from the generator with ``p`` instead, so its Monte-Carlo averages are the same on
+every CPU.
 """
 
 from __future__ import annotations
@@ -50,13 +54,13 @@ def attention_dropout(
     check_probability("p", p)
     _check_generator(generator)
     draw_device = generator.device if generator is not None else torch.device("cpu")
-    # Same steps as torch.nn.functional.dropout on the CPU: a 0/1 noise tensor, divided by 1 - p.
-    noise = torch.empty(attn_weights.shape, dtype=attn_weights.dtype, device=draw_device)
-    noise.bernoulli_(1.0 - p, generator=generator)  # (..., T_q, T_k), 1 = keep
-    noise = noise.to(attn_weights.device)
-    keep = noise.bool()
-    noise.div_(1.0 - p)  # survivors' factor 1 / (1 - p), dropped stay 0
-    return attn_weights * noise, keep
+    # Same steps as torch.nn.functional.dropout on the CPU: a 0/1 mask, divided by 1 - p, then multiplied in.
+    scale = torch.empty(attn_weights.shape, dtype=attn_weights.dtype, device=draw_device)
+    scale.bernoulli_(1.0 - p, generator=generator)  # the mask m, same shape as attn_weights: 1 keeps, 0 drops
+    scale = scale.to(attn_weights.device)
+    keep = scale.bool()
+    scale.div_(1.0 - p)  # m / (1 - p): survivors' factor, dropped stay 0
+    return attn_weights * scale, keep
 
 
 def dropout_row_sums(
@@ -65,14 +69,21 @@ def dropout_row_sums(
     """Row sums of ``num_draws`` independent dropout draws of the same weights (a Monte-Carlo sample).
 
     Shapes: ``attn_weights`` ``(..., T_q, T_k)``; returns ``(num_draws, ..., T_q)``.
-    Their mean over the first dimension tends to the original row sums (1 for softmax rows).
+    Their mean over the first dimension tends to the original row sums (1 for softmax rows). The masks come
+    from uniform numbers (``torch.rand``), so a seeded CPU generator gives the same sums on every CPU.
     """
     check_float_tensor("attn_weights", attn_weights)
     check_positive_int("num_draws", num_draws)
     if attn_weights.dim() < 2:
         raise ValueError(f"attn_weights must have shape (..., T_q, T_k), got {tuple(attn_weights.shape)}")
+    check_probability("p", p)
+    _check_generator(generator)
     copies = attn_weights.expand(num_draws, *attn_weights.shape)  # (N, ..., T_q, T_k), no copy
-    dropped, _ = attention_dropout(copies, p, generator)
+    # One uniform number per weight, kept if >= p (probability 1 - p). Unlike bernoulli_, torch.rand on a CPU
+    # generator gives the same numbers on every CPU, so the averages printed from it do not depend on the machine.
+    draw_device = generator.device if generator is not None else torch.device("cpu")
+    uniform = torch.rand(copies.shape, generator=generator, device=draw_device).to(attn_weights.device)
+    dropped = copies * ((uniform >= p) / (1.0 - p))  # same recipe as attention_dropout: A * (m / (1 - p))
     return dropped.sum(dim=-1)  # (N, ..., T_q, T_k) -> (N, ..., T_q)
 
 

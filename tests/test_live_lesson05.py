@@ -52,8 +52,10 @@ def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
     assert live.heatmap.image.get_clim()[1] == pytest.approx(5.0)
     means = torch.tensor(live.mean_dots.get_ydata())
     assert bool(((means - 1).abs() < 0.25).all())
-    dropped_texts = [live.heatmap.texts[i][j].get_text() for i, j in (~keep & ~helpers.causal_mask(6)).nonzero()]
-    assert dropped_texts and all(text == "drop" for text in dropped_texts)
+    dropped_cells = (~keep & ~helpers.causal_mask(6)).nonzero().tolist()
+    assert dropped_cells and len(live.crosses.get_segments()) == 2 * len(dropped_cells)  # one cross per drop
+    assert all(live.heatmap.texts[i][j].get_text() == "" for i, j in dropped_cells)
+    assert all(live.heatmap.texts[i][j].get_text() == "" for i, j in helpers.causal_mask(6).nonzero().tolist())
     assert str(live) == "LiveFigure(p=0.8, seed=7)"
 
 
@@ -66,13 +68,24 @@ def test_back_to_the_start_gives_the_first_picture_again(journey):
     assert bytes(live.image.value) == first
 
 
+def test_future_cells_are_grey_and_dropped_cells_crossed(journey):
+    tokens, attn_weights = journey
+    dropped, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
+    fig = dropout_draw_figure(attn_weights, dropped, keep, tokens, 0.5)
+    after = fig.axes[1]
+    grey = [patch for patch in after.patches if patch.get_facecolor()[:3] == pytest.approx((0x96 / 255,) * 3)]
+    assert len(grey) == 15                                   # the 15 cells above the diagonal of a 6x6 grid
+    crosses = after.collections[-1]
+    assert len(crosses.get_segments()) == 2 * int((~keep & ~helpers.causal_mask(6)).sum())
+
+
 def test_static_figures_draw_and_label_their_axes(journey):
     tokens, attn_weights = journey
     dropped, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
     fig = dropout_draw_figure(attn_weights, dropped, keep, tokens, 0.5)
     before, after = fig.axes[0], fig.axes[1]  # the three panels come first, then the two colour bars
     for ax in (before, after):
-        assert ax.get_xlabel() == "key token" and ax.get_ylabel() == "query token"
+        assert ax.get_xlabel().startswith("key token") and ax.get_ylabel() == "query token"
     assert figure_to_png(fig)[:4] == b"\x89PNG"
     sums = torch.stack([row.sum(dim=-1) for row in [dropped] * 3])
     fig = monte_carlo_figure(sums, torch.ones(6), tokens, 0.5)
@@ -99,7 +112,9 @@ def test_diagram_is_drawn_from_the_tensors(journey):
     assert fig.get_figwidth() <= 12.0
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "2.00" in texts                       # row 0 survived this draw: 1.00 -> 2.00
-    assert texts.count("1") == int((keep & ~helpers.causal_mask(6)).sum())
+    assert texts.count("1") == int(keep.sum())  # the mask's coin flips, the future's included (written in white)
+    white = [t for t in fig.axes[0].texts if t.get_color() == "white"]
+    assert len(white) == 15                      # one per future cell of m
     with pytest.raises(ValueError, match="keep must be a bool tensor"):
         dropout_diagram(attn_weights, keep.float(), 0.5)
     with pytest.raises(ValueError, match="p must be in"):

@@ -7,6 +7,7 @@ shapes and the draw the lesson computed.
 from __future__ import annotations
 
 import torch
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..masks import causal_mask
@@ -30,7 +31,9 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
 
     ``attn_weights``: ``(T, T)`` causal weights (zeros above the diagonal); ``keep``: ``(T, T)`` bool, True where
     a weight survives; ``p``: the dropout probability the draw used. Future cells (the causal mask) are grey in
-    all three grids; dropped weights are crossed out; every survivor is written at its new value ``a / (1 - p)``.
+    all three grids: A is 0 there, so the result is 0 whatever the mask drew, and the mask's own coin flips there
+    are written in white. Dropped weights are crossed out; every survivor is written at its new value
+    ``a / (1 - p)``.
     """
     if attn_weights.dim() != 2 or attn_weights.shape[0] != attn_weights.shape[1]:
         raise ValueError(f"attn_weights must have shape (T, T), got {tuple(attn_weights.shape)}")
@@ -55,12 +58,15 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
     tensor_grid(ax, m_x, top, num_tokens, num_tokens, color=_KEEP, name="m (keep-mask)",
                 shape_text=f"1 with probability 1 - p = {1 - p:g}", hidden=hidden,
                 values=text(keep, lambda v: "1" if bool(v) else "0"))
+    for i, j in hidden:  # the mask is drawn for every cell; above the diagonal it multiplies a 0
+        ax.text(m_x + j + 0.5, top + i + 0.5, "1" if bool(keep[i, j]) else "0", ha="center", va="center",
+                fontsize=8, color="white")
     dropped_weights = weights * keep / (1 - p)
     shown = text(dropped_weights, lambda v: f"{float(v):.2f}")
     dropped_cells = (~keep & ~future).nonzero().tolist()
     for i, j in dropped_cells:
         shown[i][j] = ""  # crossed out below instead
-    tensor_grid(ax, out_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="A after dropout",
+    tensor_grid(ax, out_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="Ã (A after dropout)",
                 shape_text=shape, hidden=hidden, values=shown)
     for i, j in dropped_cells:  # white where m = 0; crossed out in the result, where the weight is now 0
         for x in (m_x, out_x):
@@ -71,8 +77,11 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
     label(ax, a_x + num_tokens + gap / 2, middle + 0.6, "element-wise", fontsize=9)
     arrow(ax, (m_x + num_tokens + 0.3, middle), (out_x - 0.3, middle), f"÷ (1 - p) = x {1 / (1 - p):g}",
           fontsize=10)
-    ax.legend(handles=[Patch(facecolor=PALETTE["mask"], edgecolor="#525252", label="future (masked, stays 0)"),
-                       Patch(facecolor=_DROPPED, edgecolor=_CROSS, label="dropped by this draw (m = 0, weight becomes 0)")],
+    crossed = (Patch(facecolor=_DROPPED, edgecolor="#525252"),
+               Line2D([], [], marker="x", markersize=9, markeredgewidth=1.4, color=_CROSS, linestyle="none"))
+    ax.legend(handles=[Patch(facecolor=PALETTE["mask"], edgecolor="#525252"), crossed],
+              labels=["future: a = 0 (causal mask), so it stays 0 whatever m is",
+                      "dropped by this draw (m = 0): the weight becomes 0"],
               loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False, fontsize=10)
     # Whole pixels at 100 dpi, so the figure's size prints the same everywhere.
     fig.set_size_inches(round(fig.get_figwidth() * 100) / 100, round(fig.get_figheight() * 100) / 100)

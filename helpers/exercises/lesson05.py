@@ -1,21 +1,27 @@
 """Exercises for notebook 05: dropout on attention weights.
 
-Dropout's answers are random, so exercises 2 and 3 judge an answer by what every draw must show: zeros where a
-weight was dropped, survivors at exactly ``a / (1 - p)``, about a fraction ``p`` dropped, a mask drawn
-independently for every entry, and a new mask on every call.
+1. Predict a row's sum: its average over many draws and the chance that a draw drops the whole row (exact
+   values, no simulation).
+2. Dropout written by hand, with a ``training`` switch. Dropout's answers are random, so the check judges an answer
+   by what every draw must show: zeros where a weight was dropped, survivors at exactly ``a / (1 - p)``, about a
+   fraction ``p`` dropped, a mask drawn independently for every entry, and a new mask on every call.
+3. Spot the bug: an attention map, drawn in the middle of training, that changes from call to call.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 import torch.nn.functional as F
 
 from ..attention import softmax_stable
 from ..masks import causal_mask
+from ..modules import CausalAttention
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, Rule, SpotTheBug, forbids
 
-__all__ = ["rescale_survivors", "attention_dropout", "dropout_after_softmax"]
+__all__ = ["row_sum_facts", "attention_dropout", "attention_map"]
 
 
 def _weights(g: torch.Generator, *shape: int) -> torch.Tensor:
@@ -27,44 +33,59 @@ def _causal_weights(attn_scores: torch.Tensor) -> torch.Tensor:
     return softmax_stable(attn_scores.masked_fill(causal_mask(attn_scores.shape[-1]), float("-inf")))
 
 
-# --- 1. keep some weights, rescale them -----------------------------------------------------------------
-def _keep_cases(g: torch.Generator) -> list[Case]:
-    def case(description, p, *shape):
-        weights = _weights(g, *shape)
-        keep = torch.rand(weights.shape, generator=g) >= p
-        return Case(description, (weights, keep, p))
-    return [case("6x6 weights, p=0.5", 0.5, 6, 6), case("a batch of 2 x 4x4 weights, p=0.2", 0.2, 2, 4, 4),
-            case("5x5 weights, p=0.0 (nothing dropped)", 0.0, 5, 5)]
+# --- 1. predict a row's sum -----------------------------------------------------------------------------
+def _row_cases(g: torch.Generator) -> list[Case]:
+    causal = _causal_weights(randn(g, 6, 6, scale=2.0))
+    loose = _causal_weights(randn(g, 2, 5, 5)) * torch.rand(2, 5, 1, generator=g) * 2  # rows not summing to 1
+    return [Case("6x6 causal weights, p=0.5", (causal, 0.5)),
+            Case("the same weights, p=0.1", (causal.clone(), 0.1)),
+            Case("a batch of 2 x 5x5 causal weights whose rows do not sum to 1, p=0.3", (loose, 0.3)),
+            Case("4x4 weights with no zeros, p=0.0", (_weights(g, 4, 4), 0.0))]
 
 
-def _solution_rescale_survivors(attn_weights, keep, p):
-    return attn_weights * keep / (1 - p)  # dropped weights become 0, survivors grow by 1/(1-p)
+def _reference_row_sum_facts(attn_weights, p):
+    usable = (attn_weights != 0).sum(dim=-1)  # (..., T): weights that dropout can remove
+    return attn_weights.sum(dim=-1), torch.full_like(attn_weights[..., 0], p) ** usable
 
 
-rescale_survivors = FunctionExercise(
-    "Rescale the survivors",
-    "write rescale_survivors(attn_weights, keep, p): `keep` is a bool tensor of the same shape (True = this "
-    "weight survives). Return the weights after dropout with probability p: dropped weights 0, survivors rescaled.",
-    reference=lambda w, keep, p: torch.where(keep, w / (1 - p), torch.zeros_like(w)),
-    cases=_keep_cases,
-    hint=["Take one weight a. It survives with probability 1 - p and is 0 otherwise. What must a survivor become "
-          "so that the average over many draws is a again?",
-          "Multiplying a float tensor by a bool tensor treats True as 1 and False as 0."],
-    solution=_solution_rescale_survivors,
+def _solution_row_sum_facts(attn_weights, p):
+    # Each weight averages a * (1 - p) / (1 - p) + 0 * p = a, so a row averages its own sum.
+    mean_row_sums = attn_weights.sum(dim=-1)
+    # The row sums to 0 only if every non-zero weight is dropped: independent coin flips, p each.
+    num_nonzero = (attn_weights != 0).sum(dim=-1)
+    prob_all_dropped = p ** num_nonzero.double()
+    return mean_row_sums, prob_all_dropped
+
+
+row_sum_facts = FunctionExercise(
+    "Predict a row's sum",
+    "write row_sum_facts(attn_weights, p) that returns, exactly, for every row: the average of its sum over many "
+    "dropout draws, and the probability that one draw drops every non-zero weight of the row.",
+    reference=_reference_row_sum_facts,
+    cases=_row_cases,
+    hint=["Take one weight a: what does it become with probability 1 - p, and with probability p? Average the two, "
+          "then add up a row.",
+          "A row sums to 0 only when every weight that could contribute is dropped. Which weights of a causal row "
+          "are 0 whatever happens, and how do independent coin flips combine?"],
+    solution=_solution_row_sum_facts,
     mistakes=[
-        Mistake(lambda w, keep, p: w * keep,
-                "you dropped the right weights but did not rescale the survivors, so every weight now averages "
-                "(1 - p) times its old value. Scale the survivors so the average stays the same."),
-        Mistake(lambda w, keep, p: w * keep * (1 - p),
-                "you multiplied the survivors by (1 - p), which makes them smaller still. It is the other way "
-                "round."),
-        Mistake(lambda w, keep, p: w * keep / p if p > 0 else w * keep,
-                "you divided by p, the probability of being DROPPED. Survivors are rescaled by the probability "
-                "of surviving."),
-        Mistake(lambda w, keep, p: w * ~keep / (1 - p),
-                "you kept the weights where `keep` is False. True means the weight survives."),
-        Mistake(lambda w, keep, p: torch.where(keep, w / (1 - p), w),
-                "your survivors are right, but the dropped weights kept their old value: a dropped weight is 0."),
+        Mistake(lambda w, p: (w.sum(-1) * (1 - p), p ** (w != 0).sum(-1).double()),
+                "output 1: your average row sums are (1 - p) times too small: the survivors are rescaled by "
+                "1/(1 - p), which is what keeps the average."),
+        Mistake(lambda w, p: (w.sum(-1), torch.full_like(w[..., 0], p)),
+                "output 2: a row sums to 0 only if ALL of its non-zero weights are dropped, not just one."),
+        Mistake(lambda w, p: (w.sum(-1), torch.full_like(w[..., 0], p) ** w.shape[-1]),
+                "output 2: you counted every column. The weights above the diagonal are already 0: whether they are "
+                "dropped or not, they add nothing. Count only the non-zero weights."),
+        Mistake(lambda w, p: (w.sum(-1), (1 - torch.full_like(w[..., 0], p)) ** (w != 0).sum(-1)),
+                "output 2: that is the probability that every weight SURVIVES. p is the probability of being "
+                "dropped."),
+        Mistake(lambda w, p: (w.sum(-1), 1 - (1 - torch.full_like(w[..., 0], p)) ** (w != 0).sum(-1)),
+                "output 2: that is the probability that at least one weight is dropped; the row sums to 0 only "
+                "when all of them are."),
+        Mistake(lambda w, p: (torch.ones_like(w[..., 0]), p ** (w != 0).sum(-1).double()),
+                "output 1: you returned 1 for every row. That holds for softmax rows, but not for every input (one "
+                "case has rows that do not sum to 1): what does each weight average to?"),
     ],
 )
 
@@ -75,10 +96,13 @@ def _dropout_cases(g: torch.Generator) -> list[Case]:
             Case("a batch of 4 x 50x50 weights, p=0.1", (_weights(g, 4, 50, 50), 0.1)),
             Case("100x100 causal weights (zeros above the diagonal), p=0.3",
                  (_causal_weights(randn(g, 100, 100, scale=2.0)), 0.3)),
-            Case("10x10 weights, p=0.0", (_weights(g, 10, 10), 0.0))]
+            Case("10x10 weights, p=0.0", (_weights(g, 10, 10), 0.0)),
+            Case("50x50 weights, p=0.5, training=False", (_weights(g, 50, 50), 0.5), {"training": False})]
 
 
-def _solution_attention_dropout(attn_weights, p):
+def _solution_attention_dropout(attn_weights, p, training=True):
+    if not training:                              # eval(): dropout is off
+        return attn_weights
     keep = torch.rand_like(attn_weights) >= p     # one fresh draw per weight: True with probability 1 - p
     return attn_weights * keep / (1 - p)
 
@@ -141,6 +165,9 @@ def _fresh_problem(dropped: torch.Tensor, case: Case, function, p: float) -> str
 
 def _dropout_properties(got: torch.Tensor, case: Case, function) -> str | None:
     weights, p = case.args
+    if not case.kwargs.get("training", True):
+        return ("with training=False dropout is switched off (what eval() does): return the weights unchanged, "
+                "with nothing dropped or rescaled.")
     usable = weights != 0  # a weight that is already 0 (the causal mask) stays 0 whatever happens
     if bool((got[~usable] != 0).any()):
         return "a weight that was 0 is no longer 0. Dropout only multiplies: a hidden (future) weight stays 0."
@@ -151,14 +178,16 @@ def _dropout_properties(got: torch.Tensor, case: Case, function) -> str | None:
 
 attention_dropout = FunctionExercise(
     "Dropout on attention weights",
-    "write attention_dropout(attn_weights, p) that zeroes each weight with probability p (a new random draw on "
-    "every call) and rescales the survivors, like nn.Dropout in training mode, without calling PyTorch's dropout.",
-    reference=lambda w, p: F.dropout(w, p, training=True),
+    "write attention_dropout(attn_weights, p, training=True) for 0 <= p < 1: in training, zero each weight with "
+    "probability p (a new random draw on every call) and rescale the survivors, like nn.Dropout; with "
+    "training=False, return the weights unchanged. Do not call PyTorch's dropout.",
+    reference=lambda w, p, training=True: F.dropout(w, p, training=training),
     cases=_dropout_cases,
     hint=["You need one random number per weight, and new ones on every call. Which torch function gives uniform "
           "numbers in [0, 1) shaped like a tensor you already have?",
           "A uniform number u in [0, 1) is below p with probability p. Turn that into a bool 'keep' tensor, then "
-          "reuse exercise 1."],
+          "use the two lines of section 4.",
+          "What did eval() do to CausalAttention's weights in section 6? training=False asks for the same."],
     solution=_solution_attention_dropout,
     properties=_dropout_properties,
     rules=[forbids("torch.nn.functional.dropout", "torch.dropout",
@@ -166,68 +195,100 @@ attention_dropout = FunctionExercise(
 )
 
 
-# --- 3. spot the bug: dropout in the wrong place ---------------------------------------------------------
-def _scores_cases(g: torch.Generator) -> list[Case]:
-    return [Case("64 tokens, p=0.5", (randn(g, 64, 64, scale=2.0), 0.5)),
-            Case("a batch of 4 sequences of 32 tokens, p=0.2", (randn(g, 4, 32, 32, scale=2.0), 0.2)),
-            Case("6 tokens, p=0.0", (randn(g, 6, 6), 0.0))]
+# --- 3. spot the bug: an attention map that changes from call to call --------------------------------------
+class _ModeKept(Rule):
+    """The model must leave ``attention_map`` in the mode (and with the dropout) it came in."""
+
+    def __init__(self):
+        self.models: list[tuple[torch.nn.Module, bool, float]] = []  # filled by the cases of each check
+
+    def after(self, calls: list[str]) -> str | None:
+        for model, was_training, p in self.models:
+            if model.dropout.p != p:
+                return ("your function changed the model's dropout probability. Training goes on after the picture "
+                        "with the dropout it had: leave p alone and switch dropout off another way.")
+            if model.training != was_training:
+                came, left = ("training", "eval") if was_training else ("eval", "training")
+                return (f"your function leaves a model that came in {came} mode in {left} mode, so training (or "
+                        f"evaluation) goes on in the wrong mode. Put it back in the mode you found it in.")
+        return None
+
+    def __repr__(self) -> str:
+        return "_ModeKept()"
 
 
-def buggy_weights_with_dropout(attn_scores, p):
-    # attn_scores: (..., T, T), already divided by sqrt(d_k)
-    num_tokens = attn_scores.shape[-1]
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-    attn_scores = torch.nn.functional.dropout(attn_scores, p)   # switch off some query-key connections
-    attn_scores = attn_scores.masked_fill(mask, float("-inf"))
-    return torch.softmax(attn_scores, dim=-1)
+_mode_kept = _ModeKept()
 
 
-def _solution_dropout_after_softmax(attn_scores, p):
-    num_tokens = attn_scores.shape[-1]
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-    attn_weights = torch.softmax(attn_scores.masked_fill(mask, float("-inf")), dim=-1)
-    return torch.nn.functional.dropout(attn_weights, p)         # a dropped WEIGHT is 0: that key is ignored
+def _model_cases(g: torch.Generator) -> list[Case]:
+    def model(d_in, d_out, num_tokens, p, training):
+        torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
+        module = CausalAttention(d_in, d_out, context_length=num_tokens, dropout=p).train(training)
+        _mode_kept.models.append((module, training, p))
+        return module
+
+    _mode_kept.models.clear()
+    with torch.random.fork_rng(devices=[]):  # building the models must not move the learner's random stream
+        cases = [Case("a model in training mode (dropout 0.5), one sequence of 6 tokens",
+                      (model(3, 2, 6, 0.5, True), randn(g, 1, 6, 3))),
+                 Case("a model in training mode (dropout 0.1), a batch of 2 sequences of 5 tokens",
+                      (model(4, 3, 5, 0.1, True), randn(g, 2, 5, 4))),
+                 Case("a model already in eval mode (dropout 0.5)", (model(3, 2, 6, 0.5, False), randn(g, 1, 6, 3)))]
+    return cases
 
 
-_BEFORE_SOFTMAX = (
-    "none of the weights a query may use is ever 0, and every row still sums to exactly 1: the dropout runs "
-    "before the softmax. A dropped score becomes 0, and the softmax gives a score of 0 a weight of its own "
-    "(e to the 0 is 1), so no key is switched off; the doubled surviving scores only make the rows sharper. "
-    "Dropping must happen where a 0 means 'ignore this key'."
+def _reference_attention_map(model, batch):
+    frozen = copy.deepcopy(model).eval()
+    with torch.no_grad():
+        return frozen(batch, return_weights=True)[1]
+
+
+def buggy_attention_map(model, batch):
+    # model: an attention module, maybe in the middle of training; batch: (B, T, d_in)
+    with torch.no_grad():                       # a picture needs no gradients
+        _, attn_weights = model(batch, return_weights=True)
+    return attn_weights                         # (B, T, T), to draw
+
+
+def _solution_attention_map(model, batch):
+    was_training = model.training               # remember the mode, to put it back
+    model.eval()                                # dropout off: the weights the model uses when put to use
+    with torch.no_grad():
+        _, attn_weights = model(batch, return_weights=True)
+    model.train(was_training)                   # training goes on as before
+    return attn_weights
+
+
+_STILL_DROPPING = (
+    "some weights are 0 or larger than the model's own, and a second call gives another picture: dropout is still "
+    "on. Gradients or not, a module in training mode drops weights. What switches it off?"
 )
 
 
-def _after_softmax_properties(got: torch.Tensor, case: Case, function) -> str | None:
-    scores, p = case.args
-    weights = _causal_weights(scores)
-    future = causal_mask(scores.shape[-1]).expand_as(got)
-    if bool((got[future] != 0).any()):
-        return "a weight above the diagonal is not 0: the query sees a future token. Keep the causal mask."
-    usable = ~future
-    dropped = (got == 0) & usable
-    row_sums = got.sum(dim=-1).double()[(got != 0).any(dim=-1)]  # rows that kept at least one weight
-    rows_sum_to_one = torch.allclose(row_sums, torch.ones_like(row_sums), atol=1e-5)
-    if p > 0 and not bool(dropped.any()) and rows_sum_to_one:
-        return _BEFORE_SOFTMAX
-    if p > 0 and bool(dropped.any()) and rows_sum_to_one:
-        return ("your rows sum to exactly 1 although weights were dropped: you renormalised after dropout. A row "
-                "after dropout sums to 1 only on average; that is what the 1/(1 - p) is for.")
-    return (_survivor_problem(got, weights, p, "causal weight") or _fraction_problem(dropped, usable, p)
-            or _fresh_problem(got == 0, case, function, p))
+def _map_properties(got: torch.Tensor, case: Case, function) -> str | None:
+    model, batch = case.args
+    expected = _reference_attention_map(model, batch)
+    visible = ~causal_mask(expected.shape[-1]).expand_as(expected)
+    if bool((got[visible] == 0).any()) or not torch.allclose(got, expected, atol=1e-5):
+        if model.dropout.p > 0 and bool(((got[visible] == 0) | torch.isclose(
+                got[visible], expected[visible] / (1 - model.dropout.p), atol=1e-5)).any()):
+            return _STILL_DROPPING
+        return "these are not the weights the model gives in eval mode (dropout off) for this batch."
+    return None
 
 
-dropout_after_softmax = SpotTheBug(
-    "Spot the bug: dropout on attention",
-    "weights_with_dropout(attn_scores, p) takes scaled scores of shape (..., T, T) and should return causal "
-    "attention weights after dropout with probability p. It runs without an error, yet dropout never removes "
-    "a single key. Fix it.",
-    reference=lambda s, p: F.dropout(_causal_weights(s), p, training=True),
-    cases=_scores_cases,
-    hint=["Call it a few times on small scores with p=0.5 and print the rows. Which weights are 0, and what do "
-          "the rows sum to?",
-          "What does the softmax make of a score that is 0? And of a score that is -inf?"],
-    solution=_solution_dropout_after_softmax,
-    buggy=buggy_weights_with_dropout,
-    bug_message=_BEFORE_SOFTMAX,
-    properties=_after_softmax_properties,
+attention_map = SpotTheBug(
+    "Spot the bug: an attention map that flickers",
+    "attention_map(model, batch) should return the attention weights (B, T, T) that the model uses when it is put "
+    "to use, the same on every call, and leave the model in the mode it found it in. Fix it.",
+    reference=_reference_attention_map,
+    cases=_model_cases,
+    hint=["Call buggy_attention_map twice on the same CausalAttention(3, 2, 6, dropout=0.5) and compare. Then call "
+          "it on the same module after switching its mode (section 6).",
+          "Which attribute of a module tells you its current mode, so that you can restore it afterwards?"],
+    solution=_solution_attention_map,
+    buggy=buggy_attention_map,
+    bug_message=_STILL_DROPPING,
+    properties=_map_properties,
+    rules=[_mode_kept],
 )

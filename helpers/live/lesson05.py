@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from matplotlib.collections import LineCollection
+from matplotlib.patches import Rectangle
 
+from ..diagrams._draw import PALETTE
 from ..dropout import attention_dropout, dropout_row_sums
 from ..masks import causal_mask
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
@@ -17,8 +20,9 @@ from ..widgets import LiveFigure, float_slider, int_slider
 
 __all__ = ["mark_dropped", "dropout_draw_figure", "monte_carlo_figure", "dropout_explorer"]
 
-_DROP_COLOR = "#ff7070"
+_DROP_COLOR = "#ff4040"  # the red cross on a dropped weight, as in the dropout diagram
 _MEAN_DRAWS = 2_000  # draws behind the "mean row sum" dots of the explorer
+_KEY = "red x: dropped by this draw, grey: future (masked)"
 
 
 def _spaced(fig: CourseFigure) -> CourseFigure:
@@ -27,13 +31,35 @@ def _spaced(fig: CourseFigure) -> CourseFigure:
     return fig
 
 
-def mark_dropped(heatmap: Heatmap, keep: torch.Tensor) -> None:
-    """Write "drop" in every cell a token may use (on or below the diagonal) whose weight dropout removed."""
+def _grey_future(heatmap: Heatmap) -> None:
+    """Paint the cells above the diagonal grey (the causal mask hides them), as the dropout diagram does."""
+    num_tokens = heatmap.image.get_array().shape[-1]
+    for row, col in causal_mask(num_tokens).nonzero().tolist():
+        heatmap.ax.add_patch(Rectangle((col - 0.5, row - 0.5), 1, 1, facecolor=PALETTE["mask"], edgecolor="none",
+                                       zorder=2.1))
+
+
+def mark_dropped(heatmap: Heatmap, keep: torch.Tensor, crosses: LineCollection | None = None) -> LineCollection:
+    """Cross out every weight dropout removed (on or below the diagonal); blank the numbers of hidden cells.
+
+    ``keep``: ``(T, T)`` bool, True where a weight survived. The crosses are one ``LineCollection`` (pass the one
+    returned by the previous call to move it); the numbers of dropped and future cells are left out.
+    """
     num_tokens = keep.shape[-1]
-    dropped_cells = ~keep.cpu() & ~causal_mask(num_tokens)  # (T, T): visible to the query, but dropped
+    future = causal_mask(num_tokens)
+    dropped_cells = ~keep.cpu() & ~future  # (T, T): visible to the query, but dropped
+    segments = []
     for row, col in dropped_cells.nonzero().tolist():
-        heatmap.texts[row][col].set_text("drop")
-        heatmap.texts[row][col].set_color(_DROP_COLOR)
+        heatmap.texts[row][col].set_text("")
+        segments += [[(col - 0.3, row - 0.3), (col + 0.3, row + 0.3)], [(col - 0.3, row + 0.3), (col + 0.3, row - 0.3)]]
+    for row, col in future.nonzero().tolist():
+        heatmap.texts[row][col].set_text("")
+    if crosses is None:
+        crosses = heatmap.ax.add_collection(LineCollection(segments, colors=_DROP_COLOR, linewidths=1.8, zorder=2.3))
+        crosses.set_animated(True)
+    else:
+        crosses.set_segments(segments)
+    return crosses
 
 
 def dropout_draw_figure(attn_weights: torch.Tensor, dropped: torch.Tensor, keep: torch.Tensor,
@@ -41,17 +67,22 @@ def dropout_draw_figure(attn_weights: torch.Tensor, dropped: torch.Tensor, keep:
     """Three panels: the weights A, one draw of dropout on them (dropped cells marked), each row's sum.
 
     ``attn_weights``, ``dropped``, ``keep``: ``(T, T)``. The middle colour scale runs from 0 to ``1/(1-p)``,
-    the most a weight can become, so a survivor keeps the colour position it had relative to that range.
+    the most a weight can become. Future cells are grey (as in the dropout diagram), dropped weights crossed out.
     """
     attn_weights, dropped, keep = attn_weights.cpu(), dropped.cpu(), keep.cpu()
     fig = _spaced(new_figure(12, 4.2, ncols=3))
     before_ax, after_ax, sums_ax = fig.axes
-    Heatmap(before_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0, title="$A$: causal weights, no dropout",
-            colorbar_label="$a_{ij}$")
+    before = Heatmap(before_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
+                     title="$A$: causal weights, no dropout", colorbar_label="$a_{ij}$")
+    _grey_future(before)
+    for row, col in causal_mask(len(tokens)).nonzero().tolist():
+        before.texts[row][col].set_text("")
     after = Heatmap(after_ax, dropped, tokens, tokens, vmin=0.0, vmax=1 / (1 - p),
-                    title=f"After dropout, $p$ = {p:g} (survivors x {1 / (1 - p):g})",
-                    colorbar_label="$a_{ij}$ after dropout")
+                    title=f"$\\tilde A$: after dropout, $p$ = {p:g} (survivors x {1 / (1 - p):g})",
+                    colorbar_label="$\\tilde a_{ij}$ (0 to $1/(1-p)$)")
+    _grey_future(after)
     mark_dropped(after, keep)
+    after_ax.set_xlabel(f"key token\n{_KEY}")
     Bars(sums_ax, dropped.sum(dim=-1), tokens, xlabel="query token", ylabel="row sum",
          ylim=(0.0, 1.2 / (1 - p)), annotate=True, reference=1.0, title="Row sums (dashed line: 1)")
     return fig
@@ -61,7 +92,7 @@ def monte_carlo_figure(row_sums: torch.Tensor, predicted_std: torch.Tensor, toke
                        p: float) -> CourseFigure:
     """Left: the running mean of every row sum over the draws; right: the spread of one draw's row sum.
 
-    ``row_sums``: ``(N, T)``, one row sum per draw and query token; ``predicted_std``: ``(T,)``.
+    ``row_sums``: ``(n, T)``, one row sum per draw and query token; ``predicted_std``: ``(T,)``.
     """
     row_sums = row_sums.cpu().double()
     num_draws = row_sums.shape[0]
@@ -75,14 +106,16 @@ def monte_carlo_figure(row_sums: torch.Tensor, predicted_std: torch.Tensor, toke
     mean_ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
     mean_ax.set_xscale("log")
     mean_ax.set_ylim(0.0, 2.2)
-    mean_ax.set_xlabel("number of dropout draws n (log scale)")
-    mean_ax.set_ylabel("mean row sum over the first n draws")
+    mean_ax.set_xlabel("number of dropout draws $n$ (log scale)")
+    mean_ax.set_ylabel("mean row sum over the first $n$ draws")
     mean_ax.set_title(f"$p$ = {p:g}: every row averages to 1")
     mean_ax.legend(loc="upper right", fontsize=8)
-    Bars(std_ax, row_sums.std(dim=0), tokens, xlabel="query token", ylabel="standard deviation of the row sum",
-         ylim=(0.0, 1.2), title=f"Spread of one draw's row sum ({num_draws:,} draws)")
-    std_ax.plot(range(len(tokens)), predicted_std.cpu().tolist(), "o", color="black", label="predicted")
-    std_ax.legend(loc="upper right")
+    measured = Bars(std_ax, row_sums.std(dim=0), tokens, xlabel="query token",
+                    ylabel="standard deviation of the row sum", ylim=(0.0, 1.2),
+                    title="How far one draw's row sum strays from 1")
+    dots, = std_ax.plot(range(len(tokens)), predicted_std.cpu().tolist(), "o", color="black")
+    std_ax.legend([measured.bars[0], dots], [f"measured over {num_draws:,} draws", "predicted: $\\sigma_i$"],
+                  loc="upper right")
     return fig
 
 
@@ -91,8 +124,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     """Sliders for ``p`` and the seed of one draw; left the weights after dropout, right each row's sum.
 
     The black dots are the mean row sums over 2,000 further draws at the same ``p``. The heatmap's colour
-    range follows ``1/(1-p)``, the largest value a weight can reach. For tests, the returned LiveFigure
-    carries ``heatmap``, ``bars`` and ``mean_dots``.
+    range follows ``1/(1-p)``, the largest value a weight can reach; dropped weights are crossed out, future cells
+    grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
     """
     attn_weights = attn_weights.detach().cpu()
     num_tokens = len(tokens)
@@ -100,7 +133,10 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     fig = _spaced(new_figure(12, 4.6, ncols=2))
     drop_ax, sum_ax = fig.axes
     heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1 / (1 - p),
-                      colorbar_label="$a_{ij}$ after dropout (0 to $1/(1-p)$)")
+                      colorbar_label="$\\tilde a_{ij}$ (0 to $1/(1-p)$)")
+    _grey_future(heatmap)
+    drop_ax.set_xlabel(f"key token\n{_KEY}")
+    crosses = mark_dropped(heatmap, torch.ones(num_tokens, num_tokens, dtype=torch.bool))
     bars = Bars(sum_ax, attn_weights.sum(dim=-1), tokens, xlabel="query token", ylabel="row sum",
                 annotate=True, reference=1.0)
     # The means sit just right of their bars, so they never cover a bar's number.
@@ -117,7 +153,7 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         num_dropped = int((visible & ~keep).sum())
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
                                       f"weights dropped, survivors x {top:.2f}")
-        mark_dropped(heatmap, keep)
+        mark_dropped(heatmap, keep, crosses)
         bars.ylim = (0.0, 1.25 * top)
         bars.update(dropped.sum(dim=-1), title="Row sums of this draw (dashed: 1)")
         mean_dots.set_ydata(mean_sums.tolist())
@@ -125,6 +161,6 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     live = LiveFigure(fig, redraw, {
         "p": float_slider("dropout p", p, 0.0, 0.9, 0.05),
         "seed": int_slider("seed", seed, 0, 500),
-    })
-    live.heatmap, live.bars, live.mean_dots = heatmap, bars, mean_dots
+    }, animated=[mean_dots])
+    live.heatmap, live.bars, live.mean_dots, live.crosses = heatmap, bars, mean_dots, crosses
     return live
