@@ -1,9 +1,9 @@
 # Two commands do everything, from a fresh clone:
 #   make lab    set up, then open the course in JupyterLab
-#   make test   set up, then run the whole test suite (unit tests + strict nbval, then the
-#               browser tests in headless Chromium)
+#   make test   set up, then run the whole test suite: unit tests + strict nbval, the browser tests in
+#               headless Chromium, then the same course on a Colab-like stack (scripts/colab_stack.py)
 # Other targets: setup, notebooks (refresh stored outputs), e2e (browser tests only),
-# screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), clean.
+# screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), lock, clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,6 +12,7 @@ STAMP  := $(VENV)/.installed
 # Optional package index for torch, e.g. https://download.pytorch.org/whl/cpu on a
 # CPU-only CI runner that has no local CPU wheel (see README, "Run the tests in your CI").
 TORCH_INDEX ?=
+TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements-lock.txt)
 # JupyterLab refuses to run as root without this flag (containers, CI images).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
@@ -26,26 +27,33 @@ define run_e2e
 	if [ $$status -eq 0 ]; then $(2) $(E2E_PYTEST) $(1); elif [ $$status -ne 3 ]; then exit $$status; fi
 endef
 
-.PHONY: setup lab test notebooks e2e screenshot benchmark clean
+.PHONY: setup lab test notebooks e2e screenshot benchmark lock clean
 
-$(STAMP): pyproject.toml
+# The exact versions of requirements-lock.txt (what the stored outputs were made with); pyproject.toml
+# itself only states the ranges the code supports.
+$(STAMP): pyproject.toml requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
-	$(if $(TORCH_INDEX),$(BIN)/pip install --index-url $(TORCH_INDEX) torch==2.13.0)
-	$(BIN)/pip install -e ".[test]"
+	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
+	$(BIN)/pip install -c requirements-lock.txt -e ".[test,lab]"
 	touch $(STAMP)
 
 setup: $(STAMP)
 
 # Token authentication stays on (JupyterLab's default): open the URL with ?token=... it prints.
+# scripts/jupyter_server_config.py: notebooks open unmodified on any Python (see the file).
 lab: setup
-	cd notebooks && ../$(BIN)/jupyter lab --ServerApp.ip=127.0.0.1 $(ROOT_FLAG) $(FIRST_NOTEBOOK)
+	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
+	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
 test: setup
 	$(BIN)/python -m pytest
 	$(call run_e2e,-q -rs)
+	TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py
 
-# Re-execute every notebook in place to refresh its stored outputs (then review the diff).
+# Re-execute every notebook in place to refresh its stored outputs (then review the diff). First the
+# Colab set-up block is brought up to date in every first code cell (scripts/colab_setup.py).
 notebooks: setup
+	$(BIN)/python scripts/colab_setup.py --write
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	    $(NOTEBOOKS)
@@ -63,6 +71,10 @@ screenshot: setup
 # measured by the last browser test run ($(E2E_DIR)/latency.json).
 benchmark: setup
 	$(BIN)/python benchmarks/sliders.py --browser-latency $(E2E_DIR)/latency.json
+
+# Rewrite requirements-lock.txt from the packages installed in .venv (after an upgrade made on purpose).
+lock: setup
+	$(BIN)/python scripts/lock.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

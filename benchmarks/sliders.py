@@ -1,6 +1,7 @@
 """How fast does a slider feel? Python side of one step, and (from the browser tests) keypress to picture.
 
 Run: .venv/bin/python benchmarks/sliders.py [--repeats 40] [--browser-latency build/e2e/latency.json]
+                                            [--no-text-cache]   (plain Agg, the path without the glyph cache)
      (or `make benchmark`; `make e2e` / `make test` write build/e2e/latency.json first)
 
 (a) Python side: the time of one slider step (recompute the weights + update the builders + render the
@@ -37,6 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import torch  # noqa: E402
 
 from helpers.plotting import Bars, CourseFigure, Heatmap, new_figure  # noqa: E402
+from helpers._text_cache import text_cache_status, use_text_cache  # noqa: E402
 from helpers.widgets import LiveFigure, float_slider  # noqa: E402
 
 TARGET_PYTHON_MS, TARGET_BROWSER_MS = 30.0, 150.0
@@ -136,7 +138,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=40)
     parser.add_argument("--browser-latency", default="build/e2e/latency.json")
+    parser.add_argument("--no-text-cache", action="store_true",
+                        help="draw text with plain Agg, as on a matplotlib the glyph cache does not support")
     args = parser.parse_args()
+    if args.no_text_cache:
+        use_text_cache(False)
+    print(f"glyph cache: {text_cache_status()[1]}; matplotlib {matplotlib.__version__}")
     print(f"(a) Python side of one slider step, {args.repeats} steps each, torch threads {torch.get_num_threads()}")
     sentence = "the cat sat on the mat because it was tired".split()
     cases = [("head grid: 2x2 heads + annotated 10x10", head_grid_live, head_grid_naive,

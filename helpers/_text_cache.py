@@ -18,17 +18,45 @@ the pixels are identical to an uncached draw (tests compare them with a plain
 ``_draw_text_glyphs_and_boxes`` of matplotlib 3.11 (pinned in pyproject.toml);
 anything unusual (math text, rule boxes, non-antialiased text) goes to
 matplotlib's own code unchanged.
+
+It is an optional accelerator. It uses private parts of matplotlib (listed in
+``_NEEDS``) that any release may change, so it is switched on only where the
+matplotlib in use has every one of them *and* a probe picture drawn through the
+cache has exactly the pixels of plain Agg (checked once per process, at the
+first live figure). Everywhere else :func:`new_canvas` returns a plain
+``FigureCanvasAgg``: the same pictures, drawn a little slower. Importing this
+module never fails. ``HELPERS_TEXT_CACHE=off`` in the environment, or
+``use_text_cache(False)``, forces the plain path; :func:`text_cache_status`
+says which path is in use and why.
 """
 
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg, get_hinting_flag
-from matplotlib.ft2font import RenderMode
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 
-__all__ = ["CachingCanvasAgg"]
+from matplotlib.ft2font import FT2Font
+from matplotlib.text import Text
+
+try:  # private or recent parts of matplotlib: checked by text_cache_status(), never assumed
+    from matplotlib.backends.backend_agg import get_hinting_flag
+except ImportError:
+    get_hinting_flag = None
+try:
+    from matplotlib.ft2font import RenderMode
+except ImportError:  # matplotlib 3.10 has none
+    RenderMode = None
+
+__all__ = ["CachingCanvasAgg", "new_canvas", "text_cache_status", "use_text_cache"]
+
+ENV_VARIABLE = "HELPERS_TEXT_CACHE"  # "off" (or 0/false/no) forces plain Agg
+# What the caching renderer calls, as (owner, attribute): all must exist for the cache to be tried.
+_NEEDS = (("backend_agg", "get_hinting_flag"), ("ft2font", "RenderMode"), ("FT2Font", "_layout"),
+          ("FT2Font", "_set_transform"), ("FT2Font", "_render_glyph"),
+          ("RendererAgg", "_draw_text_glyphs_and_boxes"), ("Text", "get_fontfeatures"), ("Text", "get_language"))
 
 _MAX_ENTRIES = 20_000  # per cache; cleared when full (a few MB at most)
 
@@ -143,3 +171,81 @@ class CachingCanvasAgg(FigureCanvasAgg):
                                                 self._string_bitmaps)
             self._lastKey = key
         return self.renderer
+
+
+# --------------------------------------------------------------------------- is the cache usable here?
+
+_forced: bool | None = None  # use_text_cache(True/False); None: decide automatically
+_detected: tuple[bool, str] | None = None  # (usable, why), once per process
+
+
+def use_text_cache(enabled: bool | None) -> None:
+    """Force the glyph cache on (``True``, where it is usable) or off (``False``); ``None``: automatic."""
+    global _forced
+    if enabled is not None and not isinstance(enabled, bool):
+        raise TypeError(f"enabled must be True, False or None, got {enabled!r}")
+    _forced = enabled
+
+
+def _missing() -> list[str]:
+    owners = {"backend_agg": get_hinting_flag, "ft2font": RenderMode, "FT2Font": FT2Font,
+              "RendererAgg": RendererAgg, "Text": Text}
+    missing = []
+    for owner, name in _NEEDS:
+        if owners[owner] is None or (owner not in ("backend_agg", "ft2font") and not hasattr(owners[owner], name)):
+            missing.append(f"{owner}.{name}")
+    return missing
+
+
+def _probe_pixels(canvas_class) -> list[np.ndarray]:
+    """Pixels of a small picture with every kind of text the course draws, drawn twice (cold, then cached)."""
+    from matplotlib.figure import Figure
+    from matplotlib.transforms import IdentityTransform
+
+    fig = Figure(figsize=(2.4, 1.2), dpi=80)
+    canvas = canvas_class(fig)
+    ax = fig.add_axes((0.25, 0.3, 0.7, 0.6))
+    ax.set_xticks([0, 1], ["query", "key"], rotation=45)
+    ax.set_title("weights 0.25", fontsize=9)
+    fig.text(10, 8, "0.83 -1.07", transform=IdentityTransform(), fontsize=8)  # at a whole pixel
+    fig.text(0.02, 0.55, "A1", rotation=90, fontsize=10)
+    renderer = canvas.get_renderer()  # the numbers of CellValues: draw_text without a Text
+    pictures = []
+    for _ in range(2):
+        canvas.draw()
+        gc = renderer.new_gc()
+        renderer.draw_text(gc, 100, 40, "0.50", ax.title.get_fontproperties(), 0.0)
+        gc.restore()
+        pictures.append(np.array(canvas.buffer_rgba(), copy=True))
+    return pictures
+
+
+def _detect() -> tuple[bool, str]:
+    missing = _missing()
+    if missing:
+        return False, "off: this matplotlib lacks " + ", ".join(missing) + " (pictures drawn by plain Agg)"
+    try:
+        cached = _probe_pixels(CachingCanvasAgg)
+    except Exception as error:  # any private API that changed its signature or behaviour
+        return False, f"off: the probe picture failed ({type(error).__name__}: {error}) (pictures drawn by plain Agg)"
+    plain = _probe_pixels(FigureCanvasAgg)
+    if not all(np.array_equal(a, b) for a, b in zip(cached, plain)):
+        return False, "off: the probe picture's pixels differ from plain Agg here (pictures drawn by plain Agg)"
+    return True, "on: same pixels as plain Agg, probe checked"
+
+
+def text_cache_status() -> tuple[bool, str]:
+    """``(in use, why)``: whether new live pictures use the glyph cache, and the reason in words."""
+    global _detected
+    if _forced is False:
+        return False, "off: use_text_cache(False)"
+    if _forced is None and os.environ.get(ENV_VARIABLE, "").strip().lower() in ("off", "0", "false", "no"):
+        return False, f"off: {ENV_VARIABLE}={os.environ[ENV_VARIABLE]}"
+    if _detected is None:
+        _detected = _detect()
+    return _detected
+
+
+def new_canvas(figure) -> FigureCanvasAgg:
+    """An Agg canvas for ``figure``: the caching one where it is usable here, else matplotlib's own."""
+    return (CachingCanvasAgg if text_cache_status()[0] else FigureCanvasAgg)(figure)

@@ -69,7 +69,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.transforms import Bbox
 
-from ._text_cache import CachingCanvasAgg
+from ._text_cache import new_canvas
 
 __all__ = ["LiveFigure", "InPlaceRenderer", "encode_png", "float_slider", "int_slider", "steps_slider", "choice"]
 
@@ -163,7 +163,7 @@ class InPlaceRenderer:
         if isinstance(dpi, bool) or not isinstance(dpi, (int, float)) or dpi <= 0:
             raise ValueError(f"dpi must be a positive number, got {dpi!r}")
         self.fig, self.compress_level = fig, compress_level
-        self.canvas = CachingCanvasAgg(fig)  # same pixels as Agg; remembers text glyphs
+        self.canvas = new_canvas(fig)  # Agg; remembers text glyphs where matplotlib allows (same pixels)
         fig.set_dpi(dpi)
         self._background = None
         self._lifted: list[Artist] = []
@@ -282,8 +282,19 @@ class LiveFigure(widgets.VBox):
         return f"LiveFigure({settings})"
 
     def _repr_mimebundle_(self, **kwargs):
-        bundle = super()._repr_mimebundle_(**kwargs)
+        if hasattr(widgets.VBox, "_repr_mimebundle_"):  # ipywidgets 8
+            bundle = super()._repr_mimebundle_(**kwargs)
+        else:  # ipywidgets 7 displays widgets through _ipython_display_ (below); same bundle
+            bundle = {"text/plain": repr(self), "application/vnd.jupyter.widget-view+json":
+                      {"version_major": 2, "version_minor": 0, "model_id": self.model_id}}
         # A static picture of the initial state for readers without a kernel;
-        # JupyterLab prefers the live widget.
+        # JupyterLab, Notebook and Colab prefer the live widget.
         bundle["image/png"] = base64.b64encode(self.initial_png).decode("ascii")
         return bundle
+
+    if hasattr(widgets.VBox, "_ipython_display_"):  # ipywidgets 7: IPython asks this before any _repr_*_
+        def _ipython_display_(self, **kwargs):
+            from IPython.display import display
+
+            display(self._repr_mimebundle_(), raw=True)
+            self._handle_displayed(**kwargs)

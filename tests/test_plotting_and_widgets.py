@@ -12,6 +12,17 @@ from helpers.widgets import InPlaceRenderer, LiveFigure, choice, float_slider, i
 TOKENS = ["a", "b", "c"]
 
 
+@pytest.fixture(autouse=True, params=["text-cache", "plain-agg"])
+def text_cache(request):
+    """Every test runs twice: live pictures drawn through the glyph cache (where this matplotlib allows it)
+    and by plain Agg (the path every matplotlib without the cache's private API takes). Same pixels both ways."""
+    from helpers import _text_cache
+
+    _text_cache.use_text_cache(request.param == "text-cache")
+    yield request.param
+    _text_cache.use_text_cache(None)
+
+
 def test_importing_helpers_has_no_side_effects():
     code = (
         "import sys, torch; before = torch.initial_seed(); import helpers; "
@@ -308,3 +319,81 @@ def test_encode_png_round_trips_through_pillow(channels):
     pixels[2:5] = 255  # a flat band, as in a plot
     decoded = np.asarray(Image.open(io.BytesIO(encode_png(pixels))))
     assert decoded.shape == pixels.shape and np.array_equal(decoded, pixels)
+
+
+# --------------------------------------------------------------------------- glyph cache, optional
+
+def test_live_figures_use_the_canvas_the_switch_asks_for(text_cache):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from helpers._text_cache import CachingCanvasAgg, text_cache_status
+
+    live, _ = _live_figure()
+    used, why = text_cache_status()
+    if text_cache == "plain-agg":
+        assert type(live.renderer.canvas) is FigureCanvasAgg and not used and "use_text_cache(False)" in why
+    else:
+        assert isinstance(live.renderer.canvas, CachingCanvasAgg) == used
+        assert why.startswith("on" if used else "off")
+
+
+def test_text_cache_is_detected_not_assumed(monkeypatch):
+    """Where matplotlib lacks a private piece the cache calls (3.10 has no RenderMode, for one), or the probe
+    picture's pixels differ, live pictures fall back to plain Agg and say why; importing never fails."""
+    from matplotlib.ft2font import FT2Font
+
+    from helpers import _text_cache
+
+    monkeypatch.setattr(_text_cache, "_detected", None)
+    _text_cache.use_text_cache(None)
+    monkeypatch.delattr(FT2Font, "_layout", raising=False)
+    usable, why = _text_cache._detect()
+    assert not usable and "FT2Font._layout" in why and why.endswith("(pictures drawn by plain Agg)")
+    monkeypatch.setattr(_text_cache, "RenderMode", None)
+    assert "ft2font.RenderMode" in _text_cache._detect()[1]
+
+
+def test_text_cache_probe_rejects_different_pixels(monkeypatch):
+    from helpers import _text_cache
+
+    if _text_cache._missing():
+        pytest.skip("this matplotlib cannot use the cache at all")
+    real = _text_cache._probe_pixels
+    monkeypatch.setattr(_text_cache, "_probe_pixels",
+                        lambda cls: [p + (cls is _text_cache.CachingCanvasAgg) for p in real(cls)])
+    assert _text_cache._detect() == (False, "off: the probe picture's pixels differ from plain Agg here "
+                                            "(pictures drawn by plain Agg)")
+
+
+def test_environment_variable_forces_plain_agg(monkeypatch):
+    from helpers import _text_cache
+
+    _text_cache.use_text_cache(None)
+    monkeypatch.setenv("HELPERS_TEXT_CACHE", "off")
+    assert _text_cache.text_cache_status() == (False, "off: HELPERS_TEXT_CACHE=off")
+    code = ("import matplotlib; matplotlib.use('agg'); from helpers.widgets import LiveFigure; "
+            "from helpers import _text_cache; print(_text_cache.text_cache_status()[0])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+def test_notebook_display_carries_the_live_widget_and_a_static_picture(monkeypatch):
+    """ipywidgets 8 displays a widget through _repr_mimebundle_, ipywidgets 7 (Colab) through
+    _ipython_display_: both must hand the front end the widget view and the static PNG."""
+    import ipywidgets
+
+    live, _ = _live_figure()
+    if ipywidgets.__version__.startswith("7."):
+        import IPython.display
+
+        shown = []
+        monkeypatch.setattr(IPython.display, "display", lambda *objs, **kwargs: shown.append((objs, kwargs)))
+        live._ipython_display_()
+        ((bundle,), kwargs), = shown
+        assert kwargs == {"raw": True}
+    else:
+        assert not hasattr(live, "_ipython_display_")
+        bundle = live._repr_mimebundle_()
+    assert bundle["text/plain"] == "LiveFigure(row='a', scale=1)"
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == live.model_id
+    assert bundle["image/png"].startswith("iVBOR")

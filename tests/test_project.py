@@ -2,6 +2,7 @@
 
 import json
 import re
+import sys
 import tomllib
 from pathlib import Path
 
@@ -13,18 +14,53 @@ CONDA_NAMES = {"pytorch": "torch"}  # conda-forge name -> PyPI name
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 
 
-def _pins(requirements):
+LOCK = ROOT / "requirements-lock.txt"
+# What a learner's environment provides (Colab, conda, a JupyterHub): never a requirement of the package.
+FRONT_END = {"jupyterlab", "notebook", "ipykernel", "jupyter-client", "jupyter-server", "ipython"}
+
+
+def _name(text):
+    return re.sub(r"[-_.]+", "-", text).lower()
+
+
+def _lock():
     pins = {}
-    for requirement in requirements:
-        name, sep, version = requirement.partition("==")
-        assert sep, f"{requirement!r} is not pinned with =="
-        pins[name.strip().lower()] = version.strip()
+    for line in LOCK.read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep, f"{line!r} in requirements-lock.txt is not pinned with =="
+            pins[_name(name)] = version
     return pins
 
 
-def test_environment_yml_matches_pyproject():
+def _requirements(extras=("lab", "test")):
+    from packaging.requirements import Requirement
+
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pip_pins = _pins(project["dependencies"] + project["optional-dependencies"]["test"])
+    texts = project["dependencies"] + [t for extra in extras for t in project["optional-dependencies"][extra]]
+    return [Requirement(text) for text in texts]
+
+
+def test_runtime_requirements_are_ranges_without_a_front_end():
+    runtime = _requirements(extras=())
+    assert {_name(r.name) for r in runtime} == {"torch", "numpy", "matplotlib", "ipywidgets"}
+    for requirement in runtime:
+        assert not any(spec.operator in ("==", "===") for spec in requirement.specifier), f"{requirement} is a pin"
+    widgets = next(r for r in runtime if r.name == "ipywidgets").specifier
+    assert widgets.contains("7.7.1") and widgets.contains("8.1.9") and not widgets.contains("9.0.0")
+    assert not FRONT_END & {_name(r.name) for r in runtime}
+
+
+def test_lock_pins_every_requirement_inside_its_range():
+    lock = _lock()
+    for requirement in _requirements():
+        version = lock.get(_name(requirement.name))
+        assert version, f"{requirement.name} is missing from requirements-lock.txt"
+        assert requirement.specifier.contains(version, prereleases=True), f"lock {version} outside {requirement}"
+
+
+def test_environment_yml_matches_the_lock():
     environment = yaml.safe_load((ROOT / "environment.yml").read_text())
     assert environment["channels"] == ["conda-forge"]
     conda_pins, pip_section = {}, []
@@ -34,9 +70,29 @@ def test_environment_yml_matches_pyproject():
             continue
         name, _, version = entry.partition("=")
         if name not in ("python", "pip"):
-            conda_pins[CONDA_NAMES.get(name, name)] = version
-    assert conda_pins == pip_pins
+            conda_pins[_name(CONDA_NAMES.get(name, name))] = version
+    lock = _lock()
+    assert conda_pins == {_name(r.name): lock[_name(r.name)] for r in _requirements()}
     assert pip_section == ["-e ."]
+
+
+@pytest.mark.skipif(Path(sys.prefix).resolve() != (ROOT / ".venv").resolve(),
+                    reason="checks the course's own .venv (make setup), not another environment")
+def test_this_environment_is_the_lock():
+    """Strict nbval compares with outputs made on the locked versions: the venv must hold exactly those."""
+    from importlib import metadata
+
+    from packaging.version import Version
+
+    differs = {}
+    for name, version in _lock().items():
+        try:
+            installed = Version(metadata.version(name)).public
+        except metadata.PackageNotFoundError:
+            installed = None
+        if installed != version:
+            differs[name] = (version, installed)
+    assert not differs, f"(lock, installed) differ: {differs}; run make setup (or scripts/lock.py after an upgrade)"
 
 
 def test_the_two_commands():
@@ -46,6 +102,7 @@ def test_the_two_commands():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^lab: setup$", makefile, re.M) and re.search(r"^test: setup$", makefile, re.M)
     assert "--ServerApp.ip=127.0.0.1" in makefile and "token=" not in makefile.replace("?token=", "")
+    assert "-c requirements-lock.txt" in makefile, "make installs the locked versions"
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
     assert "--nbval " in addopts + " " and "--nbval-lax" not in addopts
 

@@ -280,6 +280,7 @@ def lab_server(e2e_tmp):
     url = f"http://127.0.0.1:{port}"
     log = e2e_tmp / "jupyterlab.log"
     command = [str(_jupyter_executable()), "lab", "--no-browser", "--allow-root",
+               f"--config={REPO / 'scripts' / 'jupyter_server_config.py'}",  # as make lab
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
     with open(log, "wb") as log_file:

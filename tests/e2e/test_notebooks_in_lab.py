@@ -170,6 +170,11 @@ def _open_and_run_all(page, lab_server, name: str, shots: Path, stem: str):
             break
         assert time.monotonic() - started < KERNEL_READY_TIMEOUT_MS / 1000, "kernel never became idle"
         time.sleep(0.2)
+    # Opening must not mark the notebook modified (JupyterLab does when the stored language_info differs
+    # from the kernel's; scripts/jupyter_server_config.py). Give a late kernel_info reply a moment to land.
+    time.sleep(1.0)
+    assert not page.locator(".lm-TabBar-tab.jp-mod-current.jp-mod-dirty").count(), \
+        f"{name} is marked modified right after opening"
     opened = panel.inner_text()
     if "Error displaying widget" in opened:
         print("[e2e]   note: before Run All the stored widget outputs show 'Error displaying widget' "

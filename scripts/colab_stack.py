@@ -1,0 +1,211 @@
+"""The course on a Colab-like stack: the lowest versions the course claims, installed the way Colab would.
+
+    .venv/bin/python scripts/colab_stack.py            # what `make test` runs after the pinned suite
+    .venv/bin/python scripts/colab_stack.py --no-browser
+
+Steps (each prints one line with its time):
+ 1. A second virtual environment, ``build/colab-stack``, with Colab's versions of the packages the course
+    meets there (``COLAB_STACK`` below; torch: the CPU build of 2.13.0, the torch this machine holds).
+    Reused when it exists with the same list; ``make clean`` removes it.
+ 2. The course's wheel, built from the working tree.
+ 3. The notebooks' own set-up block (scripts/colab_setup.py), run in that environment with
+    ATTENTION_COURSE_SOURCE pointing at the wheel: exactly the code a learner's first cell runs on Colab.
+    Every package installed before must have the same version after (the block may only add).
+ 4. Every notebook executed top to bottom on that environment's kernel (nbclient): no error, and every
+    live figure's output carries its static PNG. Outputs are not compared: other versions print differently.
+ 5. The unit tests, in that environment, against the installed wheel (not the files of the working tree),
+    except the checks of the repository's files (REPOSITORY_CHECKS; the pinned suite runs those).
+ 6. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
+    Run All on a notebook with a live picture, move a slider, the picture changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from colab_setup import SOURCE_VARIABLE, setup_block  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+# Colab's preinstalled versions (googlecolab/backend-info, 2026) of what the course touches, i.e. the
+# lowest versions the course claims (pyproject.toml). torch 2.13.0 is the CPU build on this machine's disk.
+COLAB_STACK = ["torch==2.13.0", "matplotlib==3.10.0", "ipywidgets==7.7.1", "ipykernel==6.17.1", "ipython==7.34.0",
+               "notebook==6.5.7", "numpy==2.1.3", "jupyter-client==7.4.9", "traitlets==5.7.1"]
+KERNEL = "attention-colab-stack"
+# Tests of the repository's files (pins, notebooks' cells, README), not of behaviour: the pinned suite runs them.
+REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py"]
+TIMEOUT_PER_CELL_S = 300
+
+
+def _step(message: str, started: float) -> None:
+    print(f"[colab-stack] {message} ({time.monotonic() - started:.0f} s)", flush=True)
+
+
+def _run(command: list[str], **kwargs) -> subprocess.CompletedProcess:
+    return subprocess.run(command, check=True, **kwargs)
+
+
+def installed_versions(python: Path) -> dict[str, str]:
+    code = ("import json; from importlib import metadata; "
+            "print(json.dumps({d.metadata['Name'].lower().replace('_', '-'): d.version "
+            "for d in metadata.distributions() if d.metadata['Name']}))")
+    with tempfile.TemporaryDirectory() as elsewhere:  # not the repository, whose *.egg-info would count
+        return json.loads(_run([str(python), "-c", code], capture_output=True, text=True, cwd=elsewhere).stdout)
+
+
+def make_environment(venv: Path) -> Path:
+    python = venv / "bin" / "python"
+    stamp = venv / "colab-stack.txt"
+    wanted = "\n".join(COLAB_STACK) + "\n"
+    if python.exists() and stamp.exists() and stamp.read_text() == wanted:
+        _run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "attention-course-helpers"],
+             capture_output=True)
+        return python
+    shutil.rmtree(venv, ignore_errors=True)
+    _run([sys.executable, "-m", "venv", str(venv)])
+    if os.environ.get("TORCH_INDEX"):  # e.g. PyTorch's CPU index on a CI runner (PyPI's torch is a CUDA build)
+        torch = next(r for r in COLAB_STACK if r.startswith("torch=="))
+        _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--index-url", os.environ["TORCH_INDEX"],
+              torch])
+    _run([str(python), "-m", "pip", "install", "--quiet", *COLAB_STACK])
+    _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
+          "--display-name", "Python 3 (Colab-like stack)"], capture_output=True)
+    stamp.write_text(wanted)
+    return python
+
+
+def build_wheel(directory: Path) -> Path:
+    shutil.rmtree(directory, ignore_errors=True)
+    # The pinned environment's setuptools builds it (no download of build requirements).
+    _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(directory),
+          str(ROOT)], capture_output=True)
+    (wheel,) = directory.glob("attention_course_helpers-*.whl")
+    return wheel
+
+
+def install_like_colab(python: Path, wheel: Path) -> list[str]:
+    """Run the notebooks' set-up block with the source set to ``wheel``; return what it added."""
+    before = installed_versions(python)
+    assert "attention-course-helpers" not in before
+    with tempfile.TemporaryDirectory() as elsewhere:  # not the repository: `import helpers` must fail first
+        result = subprocess.run([str(python), "-c", setup_block()], cwd=elsewhere, capture_output=True, text=True,
+                                env={**os.environ, SOURCE_VARIABLE: str(wheel)})
+    if result.returncode != 0 or "Installed the course's helpers package" not in result.stdout:
+        sys.exit(f"the set-up block failed:\n{result.stdout}\n{result.stderr}")
+    after = installed_versions(python)
+    changed = {name: (version, after.get(name)) for name, version in before.items() if after.get(name) != version}
+    if changed:
+        sys.exit(f"the set-up block changed installed packages (before, after): {changed}")
+    for requirement in COLAB_STACK:
+        name, _, version = requirement.partition("==")
+        if before.get(name) is None or not before[name].startswith(version):
+            sys.exit(f"{name}: expected {version} in the Colab-like stack, found {before.get(name)}")
+    return sorted(set(after) - set(before))
+
+
+def execute_notebooks(venv: Path, out: Path) -> list[str]:
+    """Run every notebook on the stack's kernel; return problems (errors, live figures without a picture)."""
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(venv / "share" / "jupyter"),
+                                                               os.environ.get("JUPYTER_PATH")]))
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(ROOT / "notebooks", out, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+
+    def run(path: Path) -> list[str]:
+        nb = nbformat.read(path, as_version=4)
+        client = NotebookClient(nb, kernel_name=KERNEL, timeout=TIMEOUT_PER_CELL_S, resources={
+            "metadata": {"path": str(out)}})
+        started = time.monotonic()
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            return [f"{path.name}: {str(error).strip().splitlines()[-1]}"]
+        finally:
+            nbformat.write(nb, path)
+        problems = []
+        for cell in nb.cells:
+            for output in cell.get("outputs", []):
+                data = output.get("data", {})
+                if "LiveFigure(" in data.get("text/plain", "") and not data.get("image/png"):
+                    problems.append(f"{path.name}: a live figure stored no static picture")
+        print(f"[colab-stack]   {path.name}: ran in {time.monotonic() - started:.0f} s", flush=True)
+        return problems
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return [p for problems in pool.map(run, sorted(out.glob("*.ipynb"))) for p in problems]
+
+
+def unit_tests(python: Path) -> int:
+    pins = [f"{name}=={version}" for name, version in installed_versions(python).items()
+            if name != "attention-course-helpers"]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+        constraints.write("\n".join(pins) + "\n")
+    try:
+        _run([str(python), "-m", "pip", "install", "--quiet", "--constraint", constraints.name, "pytest", "pyyaml"],
+             capture_output=True)
+    finally:
+        os.remove(constraints.name)
+    # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);
+    # importlib mode keeps the tests' folder off sys.path too: `helpers` is the installed wheel.
+    command = [str(python.with_name("pytest")), "tests", "--import-mode=importlib", "-o", "addopts=",
+               "-p", "no:cacheprovider", "-q", "-W", "ignore::DeprecationWarning",
+               *[f"--ignore=tests/{name}" for name in REPOSITORY_CHECKS]]
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
+
+
+def browser_test(venv: Path) -> int:
+    status = subprocess.run(["sh", str(ROOT / "tests" / "e2e" / "chromium.sh")]).returncode
+    if status == 3:
+        return 0  # chromium.sh said why it is skipped
+    if status != 0:
+        return status
+    command = [sys.executable, "-m", "pytest", "tests/e2e/test_classic_notebook.py", "-p", "no:nbval", "-n", "0",
+               "-o", "addopts=", "-m", "e2e", "-q", "-rs"]
+    env = {**os.environ, "E2E_CLASSIC_VENV": str(venv),
+           "E2E_SCREENSHOT_DIR": os.environ.get("E2E_SCREENSHOT_DIR", str(ROOT / "build" / "e2e"))}
+    return subprocess.run(command, cwd=ROOT, env=env).returncode
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--venv", default=str(ROOT / "build" / "colab-stack"))
+    parser.add_argument("--no-browser", action="store_true")
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # ipykernel 6's debugger warns on stderr otherwise
+    venv, started = Path(args.venv).resolve(), time.monotonic()
+    python = make_environment(venv)
+    _step(f"environment {venv.relative_to(ROOT) if venv.is_relative_to(ROOT) else venv}: "
+          + ", ".join(COLAB_STACK), started)
+    wheel = build_wheel(venv.parent / "colab-stack-wheel")
+    added = install_like_colab(python, wheel)
+    _step(f"the notebooks' set-up block installed {wheel.name} and added {added}; "
+          "no installed package changed", started)
+    problems = execute_notebooks(venv, venv.parent / "colab-stack-notebooks")
+    if problems:
+        sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
+    _step("every notebook ran without an error; every live figure stored its static picture", started)
+    if unit_tests(python):
+        sys.exit("[colab-stack] unit tests failed")
+    _step("unit tests passed", started)
+    if not args.no_browser:
+        if browser_test(venv):
+            sys.exit("[colab-stack] classic Notebook browser test failed")
+        _step("classic Notebook 6.5 + ipywidgets 7 in Chromium: done", started)
+
+
+if __name__ == "__main__":
+    main()

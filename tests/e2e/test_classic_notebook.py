@@ -1,0 +1,147 @@
+"""Browser check on a Colab-like stack: classic Notebook 6.5 with ipywidgets 7 in headless Chromium.
+
+Colab's front end is not JupyterLab: it renders ipywidgets 7, like classic Notebook. This test opens a
+notebook with a live picture in classic Notebook served from the Colab-like environment that
+``scripts/colab_stack.py`` builds (``make test`` runs it there, with ``E2E_CLASSIC_VENV`` set), runs all
+cells, checks that no cell failed and that the live picture is shown, moves a slider with the keyboard
+and checks that the picture changes (a new PNG behind the image). Without ``E2E_CLASSIC_VENV`` it is skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from .conftest import CHROMIUM, CHROMIUM_ARGS, _free_port, _stop, http_get
+
+pytestmark = pytest.mark.e2e
+
+VENV = os.environ.get("E2E_CLASSIC_VENV")
+RUN_ALL_TIMEOUT_MS = 180_000
+PICTURE_TIMEOUT_MS = 5_000
+
+# Every non-empty code cell has run (a number in its prompt), or one of them failed.
+RUN_ALL_DONE = """() => {
+  if (!window.Jupyter || !Jupyter.notebook || !Jupyter.notebook.kernel) return false;
+  if (document.querySelector('.output_error')) return true;
+  return Jupyter.notebook.get_cells().every(c => c.cell_type !== 'code' || c.get_text().trim() === ''
+                                                 || typeof c.input_prompt_number === 'number');
+}"""
+IMAGE_DIGEST = """async (img) => {
+  const bytes = await (await fetch(img.src)).arrayBuffer();
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
+}"""
+
+
+def _notebook_with_a_live_figure(directory: Path) -> Path:
+    """The first notebook whose stored outputs hold a live figure, and no cell meant to raise (classic
+    Notebook stops Run All at the first error, tagged or not). The browser then looks for one with a slider."""
+    for path in sorted(directory.glob("*.ipynb")):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        if any("raises-exception" in c.get("metadata", {}).get("tags", []) for c in cells):
+            continue
+        if any("LiveFigure(" in "".join(o.get("data", {}).get("text/plain", ""))
+               for c in cells for o in c.get("outputs", [])):
+            return path
+    pytest.skip(f"no notebook with a live figure in {directory}")
+
+
+@pytest.fixture(scope="module")
+def classic_server(e2e_tmp):
+    if not VENV:
+        pytest.skip("E2E_CLASSIC_VENV is not set: `make test` (scripts/colab_stack.py) sets it to its Colab-like stack")
+    jupyter = Path(VENV) / "bin" / "jupyter"
+    if not jupyter.exists():
+        pytest.fail(f"no jupyter in {VENV}")
+    root = e2e_tmp / "classic"
+    shutil.copytree(Path(__file__).resolve().parents[2] / "notebooks", root,
+                    ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    env = dict(os.environ)
+    for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR"):
+        (e2e_tmp / f"classic-{name.lower()}").mkdir(exist_ok=True)
+        env[name] = str(e2e_tmp / f"classic-{name.lower()}")
+    env.pop("JUPYTER_PATH", None)  # the stack's own kernel (python3 of that environment)
+    token, port = secrets.token_hex(24), _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = e2e_tmp / "classic-notebook.log"
+    command = [str(jupyter), "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
+               "--port-retries=0", f"--NotebookApp.token={token}", f"--notebook-dir={root}"]
+    with open(log, "wb") as log_file:
+        process = subprocess.Popen(command, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        started = time.monotonic()
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"jupyter notebook exited:\n{log.read_text()[-3000:]}")
+            try:
+                if http_get(f"{url}/api/status", token, timeout=2)[0] == 200:
+                    break
+            except OSError:
+                pass
+            if time.monotonic() - started > 60:
+                raise RuntimeError(f"jupyter notebook did not answer:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+        yield url, token, root, log
+    finally:
+        _stop(process)
+
+
+def test_classic_notebook_with_ipywidgets_7_moves_the_picture(classic_server, screenshot_dir):
+    from playwright.sync_api import sync_playwright
+
+    url, token, root, log = classic_server
+    notebook = _notebook_with_a_live_figure(root)
+    versions = subprocess.run([str(Path(VENV) / "bin" / "python"), "-c",
+                               "import ipywidgets, notebook, matplotlib; print(ipywidgets.__version__, "
+                               "notebook.__version__, matplotlib.__version__)"],
+                              capture_output=True, text=True, check=True).stdout.split()
+    print(f"\n[e2e] classic Notebook {versions[1]}, ipywidgets {versions[0]}, matplotlib {versions[2]}: "
+          f"{notebook.name}")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        console_errors = []
+        page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
+        try:
+            page.goto(f"{url}/notebooks/{quote(notebook.name)}?token={token}")
+            page.wait_for_function("() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel "
+                                   "&& Jupyter.notebook.kernel.is_connected()", timeout=60_000)
+            started = time.monotonic()
+            page.locator("#celllink").click()
+            page.locator("#run_all_cells > a").click()
+            page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=200)
+            page.screenshot(path=str(screenshot_dir / "classic-1-run-all.png"))
+            errors = page.locator(".output_error")
+            assert errors.count() == 0, f"a cell failed: {errors.first.inner_text()[:1500]}"
+            assert "Error displaying widget" not in page.inner_text("body")
+            print(f"[e2e]   Run All finished in {time.monotonic() - started:.1f} s")
+
+            figure = page.locator(".widget-vbox:has(> img.widget-image)"
+                                  ":has(.ui-slider-handle, .noUi-handle, [role=slider])").first
+            figure.wait_for(state="visible", timeout=20_000)
+            image = figure.locator(":scope > img.widget-image")
+            figure.scroll_into_view_if_needed()
+            before_src, before = image.get_attribute("src"), image.evaluate(IMAGE_DIGEST)
+            handle = figure.locator(".ui-slider-handle, .noUi-handle, [role=slider]").first
+            handle.click()
+            page.keyboard.press("ArrowRight")
+            page.wait_for_function("([img, src]) => img.src !== src", arg=[image.element_handle(), before_src],
+                                   timeout=PICTURE_TIMEOUT_MS)
+            page.wait_for_timeout(300)  # let a second update from the click land
+            page.screenshot(path=str(screenshot_dir / "classic-2-slider-moved.png"))
+            assert image.evaluate(IMAGE_DIGEST) != before, "the picture's bytes did not change"
+        finally:
+            (screenshot_dir / "classic-page.html").write_text(page.content(), encoding="utf-8")
+            for text in console_errors[:10]:
+                print(f"[e2e]   browser console error: {text[:300]}")
+            browser.close()
