@@ -69,6 +69,10 @@ def test_head_grid_has_one_shared_colour_bar_on_a_fixed_scale(head_weights):
     for heatmap in [*grid.small_maps, grid.big_map]:
         assert heatmap.image.get_clim() == (0.0, 1.0)
         assert all(label.get_fontsize() >= 8 for label in heatmap.ax.get_xticklabels())
+    for small in grid.small_maps:                    # positions only, upright: readable at notebook width
+        assert [label.get_text() for label in small.ax.get_xticklabels()] == [str(i) for i in range(10)]
+        assert all(label.get_rotation() == 0 for label in small.ax.get_xticklabels())
+    assert grid.big_map.values._prop.get_size() >= 9
 
 
 def test_head_grid_rejects_bad_input(head_weights):
@@ -84,9 +88,13 @@ def test_num_heads_explorer_keeps_split_cost_and_grows_full_width():
     first = bytes(explorer.image.value)
     for num_heads in (1, 96):
         explorer.controls["num_heads"].value = num_heads
-        split_params, full_params = [bar.get_height() for bar in explorer.params_bars.bars]
-        assert split_params == split_heads_cost(768, num_heads, 1024, qkv_bias=True).parameters == 2_362_368
-        assert full_params == full_width_heads_cost(768, num_heads, 1024, qkv_bias=True).parameters
+        split_params, full_params = [bar.get_height() * 1e6 for bar in explorer.params_bars.bars]  # millions
+        split, full = (cost(768, num_heads, 1024, qkv_bias=True) for cost in (split_heads_cost, full_width_heads_cost))
+        assert split.parameters == 2_362_368 and abs(split_params - split.parameters) < 1e-6 * split.parameters
+        assert abs(full_params - full.parameters) < 1e-6 * full.parameters  # bar heights are float32
+        ratio = f"{full.parameters / split.parameters:.1f} × split"
+        assert explorer.params_bars.ax.get_title() == f"parameters: full width = {ratio}"
+        assert explorer.params_bars.ax.get_yscale() == "linear"   # the bars show the real ratio
         assert bytes(explorer.image.value) != first
     explorer.controls["num_heads"].value = 1
     assert explorer.strip_ax.get_title() == "1 head × head_dim 768 = 768 features"
@@ -98,7 +106,8 @@ def test_num_heads_explorer_keeps_split_cost_and_grows_full_width():
 
 def test_num_heads_explorer_without_bias_gives_the_books_count():
     explorer = num_heads_explorer(768, 1024, qkv_bias=False)
-    assert explorer.params_bars.bars[0].get_height() == 4 * 768**2 + 768 == 2_360_064
+    assert abs(explorer.params_bars.bars[0].get_height() * 1e6 - 2_360_064) < 1 and 4 * 768**2 + 768 == 2_360_064
+    assert explorer.params_bars.texts[0].get_text() == "2.36 M"
 
 
 def test_num_heads_explorer_rejects_a_count_that_does_not_divide():

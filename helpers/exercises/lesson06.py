@@ -2,96 +2,146 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
+from ..modules import MultiHeadAttention, MultiHeadAttentionWrapper
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["split_heads", "merge_heads", "head_scale"]
-
-
-def _reference_split(x, num_heads):
-    return x.unflatten(-1, (num_heads, -1)).transpose(1, 2)  # (B, T, H*D) -> (B, T, H, D) -> (B, H, T, D)
+__all__ = ["layer_sizes", "head_scale"]
 
 
-def _reference_merge(x):
-    return x.transpose(1, 2).flatten(2)                      # (B, H, T, D) -> (B, T, H, D) -> (B, T, H*D)
+# --- 1. predict: the sizes of a layer -----------------------------------------------------------------------
+_SIZE_NAMES = ("head_dim", "output width", "parameter count")
 
 
-# --- 1. split ----------------------------------------------------------------------------------------------
-def _split_cases(g: torch.Generator) -> list[Case]:
-    return [Case("batch 2, 6 tokens, d_out=4, 2 heads", (randn(g, 2, 6, 4), 2)),
-            Case("batch 1, 5 tokens, d_out=12, 3 heads", (randn(g, 1, 5, 12), 3)),
-            Case("batch 3, 4 tokens, d_out=8, 1 head", (randn(g, 3, 4, 8), 1))]
+def _reference_sizes(kind, d_in, d_out, num_heads, qkv_bias):
+    """Build the layer and measure it: the ground truth the learner's arithmetic is compared with."""
+    if kind == "wrapper":
+        layer = MultiHeadAttentionWrapper(d_in, d_out, 1, 0.0, num_heads, qkv_bias=qkv_bias)
+        head_dim = layer.heads[0].d_out
+    elif kind == "split":
+        layer = MultiHeadAttention(d_in, d_out, 1, 0.0, num_heads, qkv_bias=qkv_bias)
+        head_dim = layer.head_dim
+    else:
+        raise ValueError(f'kind must be "wrapper" or "split", got {kind!r}')
+    with torch.no_grad():
+        width = layer(torch.zeros(1, 1, d_in)).shape[-1]
+    return head_dim, width, sum(parameter.numel() for parameter in layer.parameters())
 
 
-def _solution_split_heads(x, num_heads):
-    batch_size, num_tokens, d_out = x.shape
-    head_dim = d_out // num_heads
-    x = x.view(batch_size, num_tokens, num_heads, head_dim)   # (B, T, d_out) -> (B, T, H, D)
-    return x.transpose(1, 2)                                   # (B, T, H, D) -> (B, H, T, D)
+def _size_cases(g: torch.Generator) -> list[Case]:
+    configs = [("wrapper", 3, 2, 2, False), ("split", 3, 2, 2, False), ("split", 768, 768, 12, True),
+               ("wrapper", 16, 4, 4, True), ("split", 10, 12, 3, False), ("wrapper", 768, 64, 12, False)]
+    return [Case(f'layer_sizes("{kind}", {d_in}, {d_out}, {heads}, {bias})',
+                 (kind, d_in, d_out, heads, bias)) for kind, d_in, d_out, heads, bias in configs]
 
 
-split_heads = FunctionExercise(
-    "Split into heads",
-    "write split_heads(x, num_heads) turning (batch, num_tokens, d_out) into (batch, num_heads, num_tokens, "
-    "head_dim): head h gets features h*head_dim ... (h+1)*head_dim - 1 of every token. Tensor operations only, "
-    "no Python loop.",
-    reference=_reference_split,
-    cases=_split_cases,
-    hint=["Look at the layout of one token first: its d_out features are num_heads groups of head_dim. Which "
-          "shape names those two axes, while the tokens stay where they are?",
-          "A reshape never moves numbers, it only re-reads them in memory order; putting the heads in front of "
-          "the tokens is a different kind of operation."],
-    rules=[no_loops()],
-    solution=_solution_split_heads,
+def _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias):
+    qkv = 3 * (d_in * d_out + (d_out if qkv_bias else 0))   # W_query, W_key, W_value of width d_out
+    if kind == "wrapper":                                    # d_out per head; heads side by side; no W_o
+        return d_out, num_heads * d_out, num_heads * qkv
+    out_proj = d_out * d_out + d_out                         # W_o always has a bias
+    return d_out // num_heads, d_out, qkv + out_proj         # d_out in total, cut into num_heads slices
+
+
+def _sizes_wrong(got, case: Case, function) -> str:
+    """Which of the three numbers is off, and which way, without giving the right value away."""
+    kind, _, d_out, num_heads, _ = case.args
+    expected = _reference_sizes(*case.args)
+    if kind == "split" and tuple(got[:2]) == (d_out, num_heads * d_out):
+        return _SPLIT_LIKE_WRAPPER
+    if kind == "wrapper" and tuple(got[:2]) == (d_out // num_heads, d_out):
+        return _WRAPPER_LIKE_SPLIT
+    for name, answer, right in zip(_SIZE_NAMES, got, expected):
+        if answer != right:
+            return (f"your {name} is too {'high' if answer > right else 'low'}. "
+                    f"List what this class builds, layer by layer, and count again.")
+    return "the values differ from the answer."
+
+
+def _split_like_wrapper(kind, d_in, d_out, num_heads, qkv_bias):
+    if kind == "wrapper":
+        return _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
+    return d_out, num_heads * d_out, _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)[2]
+
+
+def _wrapper_like_split(kind, d_in, d_out, num_heads, qkv_bias):
+    if kind == "split":
+        return _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
+    return d_out // num_heads, d_out, _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)[2]
+
+
+def _no_out_proj_bias(kind, d_in, d_out, num_heads, qkv_bias):
+    head_dim, width, count = _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
+    return head_dim, width, count - (d_out if kind == "split" else 0)
+
+
+def _no_out_proj(kind, d_in, d_out, num_heads, qkv_bias):
+    head_dim, width, count = _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
+    return head_dim, width, count - (d_out * d_out + d_out if kind == "split" else 0)
+
+
+def _wrapper_with_out_proj(kind, d_in, d_out, num_heads, qkv_bias):
+    head_dim, width, count = _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
+    return head_dim, width, count + (width * width + width if kind == "wrapper" else 0)
+
+
+def _bias_always(kind, d_in, d_out, num_heads, qkv_bias):
+    return _solution_layer_sizes(kind, d_in, d_out, num_heads, True)
+
+
+def _bias_never(kind, d_in, d_out, num_heads, qkv_bias):
+    return _solution_layer_sizes(kind, d_in, d_out, num_heads, False)
+
+
+_SPLIT_LIKE_WRAPPER = ("for MultiHeadAttention you read d_out as the width of one head. There, d_out is the width "
+                       "of the whole layer: num_heads slices of head_dim share it, and the output has d_out "
+                       "features.")
+_WRAPPER_LIKE_SPLIT = ("for MultiHeadAttentionWrapper you read d_out as the width of the whole layer. There, d_out "
+                       "is the width of each head, and the heads' outputs sit side by side.")
+_BIAS_MESSAGE = ("your parameter count ignores qkv_bias: W_query, W_key and W_value carry a bias of d_out numbers "
+                 "each exactly when qkv_bias is True.")
+
+layer_sizes = FunctionExercise(
+    "Predict a layer's sizes",
+    'write layer_sizes(kind, d_in, d_out, num_heads, qkv_bias) returning (head_dim, output_width, '
+    'num_parameters) of MultiHeadAttentionWrapper (kind "wrapper") or MultiHeadAttention (kind "split") built '
+    "with these arguments, worked out from the numbers, without building a layer.",
+    reference=_reference_sizes,
+    cases=_size_cases,
+    hint=["Start from the d_out table of section 4: in which class is d_out the width of one head, and in which "
+          "the width of all heads together?",
+          "List the nn.Linear layers each class builds, with their in and out features. Each holds "
+          "in x out weights, plus out biases when it has a bias. Which class has an output projection?"],
+    rules=[forbids("torch.nn.Linear", "helpers.heads.layer_cost",
+                   why="Work it out from the five arguments: building the layer and counting is what section 5 "
+                       "did for you.")],
+    solution=_solution_layer_sizes,
+    properties=_sizes_wrong,
     mistakes=[
-        Mistake(lambda x, h: x.reshape(x.shape[0], h, x.shape[1], x.shape[2] // h),
-                "you reshaped straight to (batch, heads, tokens, head_dim). The shape is right, but view/reshape "
-                "keep memory order, so each 'head' got a block of tokens rather than a slice of every token's "
-                "features. View to (batch, tokens, heads, head_dim), then transpose(1, 2)."),
-        Mistake(lambda x, h: x.reshape(x.shape[0], x.shape[1], x.shape[2] // h, h).permute(0, 3, 1, 2),
-                "you split the features as (head_dim, num_heads), so a head gets every num_heads-th feature. "
-                "Heads own contiguous slices: view to (..., num_heads, head_dim)."),
+        Mistake(_split_like_wrapper, _SPLIT_LIKE_WRAPPER),
+        Mistake(_wrapper_like_split, _WRAPPER_LIKE_SPLIT),
+        Mistake(_no_out_proj,
+                "your count for MultiHeadAttention leaves out its output projection W_o (out_proj), an "
+                "nn.Linear(d_out, d_out) applied after the heads are merged."),
+        Mistake(_no_out_proj_bias,
+                "your count for MultiHeadAttention leaves out the bias of out_proj: out_proj is "
+                "nn.Linear(d_out, d_out), with a bias whatever qkv_bias says."),
+        Mistake(_wrapper_with_out_proj,
+                "your count for MultiHeadAttentionWrapper includes an output projection. The wrapper only "
+                "concatenates its heads: it has none."),
+        Mistake(_bias_always, _BIAS_MESSAGE),
+        Mistake(_bias_never, _BIAS_MESSAGE),
     ],
 )
 
 
-# --- 2. merge -----------------------------------------------------------------------------------------------
-def _merge_cases(g: torch.Generator) -> list[Case]:
-    return [Case("batch 2, 2 heads, 6 tokens, head_dim 2", (randn(g, 2, 2, 6, 2),)),
-            Case("batch 1, 3 heads, 5 tokens, head_dim 4", (randn(g, 1, 3, 5, 4),)),
-            Case("batch 2, 4 heads, 1 token, head_dim 3", (randn(g, 2, 4, 1, 3),))]
-
-
-def _solution_merge_heads(x):
-    batch_size, num_heads, num_tokens, head_dim = x.shape
-    x = x.transpose(1, 2)                                      # (B, H, T, D) -> (B, T, H, D)
-    return x.contiguous().view(batch_size, num_tokens, num_heads * head_dim)
-
-
-merge_heads = FunctionExercise(
-    "Merge the heads",
-    "write merge_heads(x) turning (batch, num_heads, num_tokens, head_dim) back into (batch, num_tokens, "
-    "num_heads * head_dim), each token's heads side by side: the inverse of split_heads. Tensor operations "
-    "only, no Python loop.",
-    reference=_reference_merge,
-    cases=_merge_cases,
-    hint=["Undo the split's two steps, in the opposite order.",
-          "If PyTorch refuses your view, ask what the step before it did to the order of the numbers in memory."],
-    rules=[no_loops()],
-    solution=_solution_merge_heads,
-    mistakes=[
-        Mistake(lambda x: x.reshape(x.shape[0], x.shape[2], x.shape[1] * x.shape[3]),
-                "you reshaped without transposing back. The shape is right, but the numbers of one token now "
-                "come from several tokens of one head. Transpose (1, 2) first."),
-    ],
-)
-
-
-# --- 3. spot the bug: the scale of a head -------------------------------------------------------------------
+# --- 2. spot the bug: the scale of a head -------------------------------------------------------------------
 def _attention_cases(g: torch.Generator) -> list[Case]:
     def case(num_heads, d_out):
         shape = (2, 5, d_out)
@@ -101,49 +151,73 @@ def _attention_cases(g: torch.Generator) -> list[Case]:
 
 
 def _reference_heads(queries, keys, values, num_heads):
-    q, k, v = (_reference_split(t, num_heads) for t in (queries, keys, values))
+    q, k, v = (t.unflatten(-1, (num_heads, -1)).transpose(1, 2) for t in (queries, keys, values))  # (B, H, T, D)
     context, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(queries.shape[1]))
-    return _reference_merge(context)
+    return context.transpose(1, 2).flatten(2)                                # (B, H, T, D) -> (B, T, H*D)
 
 
 def buggy_multi_head(queries, keys, values, num_heads):
     batch_size, num_tokens, d_out = queries.shape
+    d_k = keys.shape[-1]                                          # the width of a key, for the scale
     head_dim = d_out // num_heads
-    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)   # (B, H, T, D)
+    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)  # (B, H, T, D)
     k = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
     v = values.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = q @ k.transpose(2, 3)                                               # (B, H, T, T)
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-    attn_scores = attn_scores.masked_fill(mask, float("-inf"))
-    attn_weights = torch.softmax(attn_scores / d_out**0.5, dim=-1)
-    context = attn_weights @ v                                                        # (B, H, T, D)
+    attn_scores = q @ k.transpose(2, 3) / math.sqrt(d_k)          # (B, H, T, T)
+    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device), diagonal=1)
+    attn_weights = torch.softmax(attn_scores.masked_fill(mask, float("-inf")), dim=-1)
+    context = attn_weights @ v                                    # (B, H, T, D)
     return context.transpose(1, 2).contiguous().view(batch_size, num_tokens, d_out)
 
 
 def _solution_multi_head(queries, keys, values, num_heads):
     batch_size, num_tokens, d_out = queries.shape
     head_dim = d_out // num_heads
-    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
+    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)  # (B, H, T, D)
     k = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
     v = values.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = q @ k.transpose(2, 3)
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-    attn_scores = attn_scores.masked_fill(mask, float("-inf"))
-    attn_weights = torch.softmax(attn_scores / head_dim**0.5, dim=-1)   # each head's keys are head_dim wide
-    context = attn_weights @ v
+    d_k = k.shape[-1]                                             # read after the split: head_dim
+    attn_scores = q @ k.transpose(2, 3) / math.sqrt(d_k)          # (B, H, T, T)
+    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device), diagonal=1)
+    attn_weights = torch.softmax(attn_scores.masked_fill(mask, float("-inf")), dim=-1)
+    context = attn_weights @ v                                    # (B, H, T, D)
     return context.transpose(1, 2).contiguous().view(batch_size, num_tokens, d_out)
 
 
 head_scale = SpotTheBug(
-    "Spot the bug: scaling a head",
-    "multi_head(queries, keys, values, num_heads) takes projected (batch, num_tokens, d_out) tensors and runs "
-    "causal attention in every head. It is right with one head and wrong with more. Fix it.",
+    "Spot the bug: flatter than it should be",
+    "multi_head(queries, keys, values, num_heads) runs causal attention in every head of projected "
+    "(batch_size, num_tokens, d_out) tensors and merges the heads (no out_proj). It runs, keeps the shapes and "
+    "its weights sum to 1, yet its context vectors are wrong. Fix it.",
     reference=_reference_heads,
     cases=_attention_cases,
-    hint=["With one head the code is right. What changes inside the function when there are more heads?",
-          "Count the terms of one head's dot product q . k."],
+    hint=["Try it with num_heads=1, then with 2. When is the answer right, and what changes inside the function "
+          "when there are more heads?",
+          "Which numbers take part in one head's dot product q . k, and how many are there?"],
     solution=_solution_multi_head,
     buggy=buggy_multi_head,
-    bug_message="the scores are divided by sqrt(d_out), the width of ALL heads together. Each head's dot "
-                "products run over head_dim = d_out // num_heads features: divide by sqrt(head_dim).",
+    bug_message="the scale is sqrt(d_k) with d_k = keys.shape[-1] read BEFORE the split: that is d_out, the width "
+                "of all heads together. Each head's dot products run over head_dim = d_out // num_heads features: "
+                "divide by sqrt(head_dim), e.g. read the key width after the split.",
+)
+
+
+# --- not offered in notebook 06 (the lesson splits the heads in front of the learner) ---------------------------
+# Kept, outside __all__, because tests/test_exercises.py uses it to check that checking keeps the random stream.
+def _solution_split_heads(x, num_heads):
+    batch_size, num_tokens, d_out = x.shape
+    x = x.view(batch_size, num_tokens, num_heads, d_out // num_heads)  # (B, T, d_out) -> (B, T, H, D)
+    return x.transpose(1, 2)                                            # (B, T, H, D) -> (B, H, T, D)
+
+
+split_heads = FunctionExercise(
+    "Split into heads",
+    "write split_heads(x, num_heads) turning (batch, num_tokens, d_out) into (batch, num_heads, num_tokens, "
+    "head_dim), without a Python loop.",
+    reference=lambda x, num_heads: x.unflatten(-1, (num_heads, -1)).transpose(1, 2),
+    cases=lambda g: [Case("batch 2, 6 tokens, d_out=4, 2 heads", (randn(g, 2, 6, 4), 2)),
+                     Case("batch 1, 5 tokens, d_out=12, 3 heads", (randn(g, 1, 5, 12), 3))],
+    hint="Give the features of one token two axes first; the tokens stay where they are.",
+    rules=[no_loops()],
+    solution=_solution_split_heads,
 )

@@ -40,22 +40,26 @@ def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 
     if len(tokens) != num_tokens:
         raise ValueError(f"tokens must have {num_tokens} entries, got {len(tokens)}")
     labels = [f"{i}:{word}" for i, word in enumerate(tokens)]  # positions keep repeated words apart
+    positions = [str(i) for i in range(num_tokens)]            # the small maps name tokens by position only
     small_rows = math.ceil(num_heads / 2)
-    fig = CourseFigure(figsize=(12, 3.0 * small_rows + 0.6), layout="constrained")
+    fig = CourseFigure(figsize=(12, 3.2 * small_rows + 0.8), layout="constrained")
     mosaic = [[f"h{2 * r}", f"h{2 * r + 1}" if 2 * r + 1 < num_heads else ".", "big"] for r in range(small_rows)]
-    axes = fig.subplot_mosaic(mosaic, width_ratios=[1, 1, 1.7])
+    axes = fig.subplot_mosaic(mosaic, width_ratios=[1, 1, 2.3])
     small_maps = []
     for h in range(num_heads):
         left, bottom = h % 2 == 0, h + 2 >= num_heads  # axis titles on the outer maps only
-        small = Heatmap(axes[f"h{h}"], weights[h], labels, labels, vmin=0.0, vmax=1.0, annotate=False,
-                        title=f"head {h}", xlabel="key token" if bottom else "",
-                        ylabel="query token" if left else "")
+        small = Heatmap(axes[f"h{h}"], weights[h], positions, positions, vmin=0.0, vmax=1.0, annotate=False,
+                        title=f"head {h}", xlabel="key token $j$" if bottom else "",
+                        ylabel="query token $i$" if left else "")
         small.colorbar.remove()                       # one colour bar serves every map (same 0..1 scale)
-        small.ax.tick_params(labelsize=8)
+        small.ax.set_xticks(range(num_tokens), labels=positions, rotation=0, ha="center")
+        small.ax.tick_params(labelsize=9)
         if not left:                                  # the left map of a row already names the query tokens
             small.ax.set_yticklabels([])
         small_maps.append(small)
-    big_map = Heatmap(axes["big"], weights[head], labels, labels, vmin=0.0, vmax=1.0, fmt="{:.2f}")
+    big_map = Heatmap(axes["big"], weights[head], labels, labels, vmin=0.0, vmax=1.0, fmt="{:.2f}",
+                      xlabel="key token $j$", ylabel="query token $i$")
+    big_map.values._prop.set_size(9)                  # the big map has room for 9-point numbers
     big_map.colorbar.remove()
     fig.colorbar(big_map.image, ax=list(axes.values()), label="attention weight $a_{ij}$ (0 to 1)", shrink=0.8)
 
@@ -83,9 +87,10 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
     """A ``num_heads`` slider (every divisor of ``d_model`` up to ``max_heads``) for a layer of ``d_model`` features.
 
     Left: the ``d_model`` features of one token's query, coloured by the head that reads them (ten colours,
-    repeating). Middle and right (log scale): parameters and matrix-product FLOPs for one sequence of
-    ``num_tokens`` tokens, split heads next to heads that each get all ``d_model`` features. The returned
-    :class:`LiveFigure` carries ``.strip_ax``, ``.params_bars`` and ``.flops_bars``.
+    repeating). Middle and right (linear scales, the ratio in the title): parameters (millions) and
+    matrix-product GFLOPs for one sequence of ``num_tokens`` tokens, split heads next to heads that each get all
+    ``d_model`` features. The returned :class:`LiveFigure` carries ``.strip_ax``, ``.params_bars`` and
+    ``.flops_bars``.
     """
     head_counts = [h for h in range(1, max_heads + 1) if d_model % h == 0]
     if value not in head_counts:
@@ -98,12 +103,13 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
     strip_ax.set_xticks([0, d_model // 4, d_model // 2, 3 * d_model // 4, d_model - 1])
     strip_ax.set_xlabel(f"feature of one token's query (0 … {d_model - 1})")
     bar_labels = ["split heads", "full-width heads"]
-    params_bars = Bars(params_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel="parameters", ylim=(1e6, 1e10),
-                       annotate=True, fmt="{:,.0f}")
-    flops_bars = Bars(flops_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel=f"matmul FLOPs (T = {num_tokens})",
-                      ylim=(1e9, 1e13), annotate=True, fmt="{:.2e}")
-    params_ax.set_yscale("log")
-    flops_ax.set_yscale("log")
+    # Linear scales, so the bars show the real ratio; parameters in millions, FLOPs in GFLOPs, everywhere.
+    params_bars = Bars(params_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel="parameters (millions)",
+                       annotate=True, fmt="{:,.2f} M")
+    flops_bars = Bars(flops_ax, [1.0, 1.0], bar_labels, xlabel="",
+                      ylabel=f"matrix-product GFLOPs (T = {num_tokens})", annotate=True, fmt="{:,.2f} G")
+    for ax in (params_ax, flops_ax):
+        ax.set_xticks(range(2), labels=bar_labels, rotation=0, ha="center")
 
     def redraw(num_heads: int) -> None:
         split = split_heads_cost(d_model, num_heads, num_tokens, qkv_bias=qkv_bias)
@@ -111,9 +117,10 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
         head_of_feature = torch.arange(d_model) // split.head_dim   # feature i is read by head i // head_dim
         strip.set_data((head_of_feature % 10).view(1, d_model).numpy())
         strip_ax.set_title(f"{heads_text(num_heads)} × head_dim {split.head_dim} = {d_model} features")
-        params_bars.update([split.parameters, full.parameters], highlight=1,
-                           title=f"parameters: {split.parameters:,} (split)")
-        flops_bars.update([split.flops, full.flops], highlight=1, title=f"FLOPs: {split.flops / 1e9:.2f} G (split)")
+        params_bars.update([split.parameters / 1e6, full.parameters / 1e6], highlight=1,
+                           title=f"parameters: full width = {full.parameters / split.parameters:.1f} × split")
+        flops_bars.update([split.flops / 1e9, full.flops / 1e9], highlight=1,
+                          title=f"FLOPs: full width = {full.flops / split.flops:.1f} × split")
 
     explorer = LiveFigure(fig, redraw, {"num_heads": steps_slider("num_heads", head_counts, value=value)})
     explorer.strip_ax, explorer.params_bars, explorer.flops_bars = strip_ax, params_bars, flops_bars
