@@ -24,24 +24,25 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 PACKAGES = sorted(str(p.parent.relative_to(ROOT)).replace(os.sep, ".") for p in (ROOT / "helpers").rglob("__init__.py"))
 
 
-def _first_code_cell(path: Path) -> str:
-    return colab_setup._cell_source(colab_setup.first_code_cell(json.loads(path.read_text(encoding="utf-8"))))
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_first_code_cell_starts_with_the_current_setup_block(path):
+def test_first_code_cell_is_the_current_setup_cell_collapsed(path):
     """Fix with: python3 scripts/colab_setup.py --write (then re-execute the notebooks)."""
-    source = _first_code_cell(path)
-    assert source.startswith(colab_setup.setup_block() + "\n"), "run python3 scripts/colab_setup.py --write"
-    assert colab_setup.stamped(source, colab_setup.setup_block()) == source  # exactly one block
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell = colab_setup.first_code_cell(nb)
+    assert colab_setup._cell_source(cell) == colab_setup.setup_block(), "run python3 scripts/colab_setup.py --write"
+    assert cell["metadata"] == colab_setup.SETUP_METADATA  # collapsed in JupyterLab, a form in Colab
+    assert not any("".join(o.get("text", "")) for o in cell["outputs"]), "prints nothing where helpers imports"
+    assert sum(colab_setup.is_setup_cell(c) for c in nb["cells"]) == 1
+    assert not colab_setup.with_setup_cell(nb, colab_setup.setup_block())  # stamping again changes nothing
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
-def test_only_the_setup_block_installs_anything(path):
+def test_only_the_setup_cell_installs_anything(path):
     cells = [c for c in json.loads(path.read_text(encoding="utf-8"))["cells"] if c["cell_type"] == "code"]
-    first = colab_setup._cell_source(cells[0]).replace(colab_setup.setup_block(), "")
-    for source in [first] + [colab_setup._cell_source(c) for c in cells[1:]]:
-        assert "pip" not in source and "subprocess" not in source, source[:120]
+    for cell in cells:
+        if not colab_setup.is_setup_cell(cell):
+            source = colab_setup._cell_source(cell)
+            assert "pip" not in source and "subprocess" not in source, source[:120]
 
 
 def test_readme_links_come_from_pyproject():
@@ -58,8 +59,13 @@ def test_an_address_gives_a_git_source_and_one_colab_link_per_notebook():
         assert (f"https://colab.research.google.com/github/someone/attention-course/blob/main/notebooks/{path.name}"
                 in links)
     assert "No public repository address" in colab_setup.colab_links("")
-    assert colab_setup.stamped(colab_setup.setup_block(url) + "\nimport torch\n", colab_setup.setup_block(None)) \
-        == colab_setup.setup_block(None) + "\nimport torch\n"  # a new address replaces the old block
+    nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": ["# Title"]},
+                    {"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": None,
+                     "source": ["import torch\n"]}]}
+    assert colab_setup.with_setup_cell(nb, colab_setup.setup_block(url))  # inserted before the first code cell
+    assert colab_setup._cell_source(nb["cells"][1]) == colab_setup.setup_block(url)
+    assert colab_setup.with_setup_cell(nb, colab_setup.setup_block(None))  # a new address replaces the old block
+    assert [colab_setup._cell_source(c) for c in nb["cells"][1:]] == [colab_setup.setup_block(None), "import torch\n"]
 
 
 def _run_block(block: str, python: str = sys.executable, cwd: Path = ROOT, source: str | None = None):

@@ -335,7 +335,15 @@ class FunctionExercise:
         print(re.sub(r"^def _solution_", "def ", source))  # shown under the name the task asks for
 
     def check(self, function) -> Feedback:
-        """Run ``function`` on every case and report the first problem, or that it is correct."""
+        """Run ``function`` on every case and report the first problem, or that it is correct.
+
+        Checking never moves the learner's random stream: the next ``torch.rand`` after a check draws what it
+        would have drawn without it (the whole check runs on a fork of the CPU generator).
+        """
+        with torch.random.fork_rng(devices=[]):
+            return self._check(function)
+
+    def _check(self, function) -> Feedback:
         if not callable(function):
             return self._wrong(f"expected a function, got {_describe(function)}. Pass the function itself "
                                f"(its name, without brackets).")

@@ -10,7 +10,7 @@ from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..modules import MultiHeadAttention, MultiHeadAttentionWrapper
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
 __all__ = ["layer_sizes", "head_scale"]
 
@@ -199,25 +199,4 @@ head_scale = SpotTheBug(
     bug_message="the scale is sqrt(d_k) with d_k = keys.shape[-1] read BEFORE the split: that is d_out, the width "
                 "of all heads together. Each head's dot products run over head_dim = d_out // num_heads features: "
                 "divide by sqrt(head_dim), e.g. read the key width after the split.",
-)
-
-
-# --- not offered in notebook 06 (the lesson splits the heads in front of the learner) ---------------------------
-# Kept, outside __all__, because tests/test_exercises.py uses it to check that checking keeps the random stream.
-def _solution_split_heads(x, num_heads):
-    batch_size, num_tokens, d_out = x.shape
-    x = x.view(batch_size, num_tokens, num_heads, d_out // num_heads)  # (B, T, d_out) -> (B, T, H, D)
-    return x.transpose(1, 2)                                            # (B, T, H, D) -> (B, H, T, D)
-
-
-split_heads = FunctionExercise(
-    "Split into heads",
-    "write split_heads(x, num_heads) turning (batch, num_tokens, d_out) into (batch, num_heads, num_tokens, "
-    "head_dim), without a Python loop.",
-    reference=lambda x, num_heads: x.unflatten(-1, (num_heads, -1)).transpose(1, 2),
-    cases=lambda g: [Case("batch 2, 6 tokens, d_out=4, 2 heads", (randn(g, 2, 6, 4), 2)),
-                     Case("batch 1, 5 tokens, d_out=12, 3 heads", (randn(g, 1, 5, 12), 3))],
-    hint="Give the features of one token two axes first; the tokens stay where they are.",
-    rules=[no_loops()],
-    solution=_solution_split_heads,
 )
