@@ -11,7 +11,7 @@ embedding (plus an optional learned position embedding) and a linear read-out,
 with no residual path: whatever an output position writes must have come
 through its attention weights, so the weights tell the whole story.
 
-Shapes use ``B`` (batch), ``T`` (tokens), ``H`` (heads), ``V`` (vocabulary),
+Shapes use ``B`` (batch), ``T`` (tokens), ``H`` (heads), ``vocab_size``,
 ``S`` (checkpoints), ``N`` (watched examples).
 """
 
@@ -29,7 +29,7 @@ from ._checks import check_positive_int
 from .modules import MultiHeadAttention
 
 __all__ = ["FetchTask", "BidirectionalAttention", "AttentionOnlyModel", "ToyTrainingRun", "train_toy_model",
-           "accuracy"]
+           "train_step", "accuracy"]
 
 
 def _check_int(name: str, value) -> None:
@@ -129,13 +129,15 @@ class BidirectionalAttention(MultiHeadAttention):
     hidden. Same constructor, same parameters (under the same seed, the very same
     numbers), same ``forward``:
     input ``(B, T, d_in)``, output ``(B, T, d_out)``, weights ``(B, H, T, T)``.
+
+    The zero mask is not saved in the ``state_dict`` (``persistent=False``), so loading a causal module's
+    ``state_dict`` here raises an error about ``mask`` instead of silently making this layer causal.
     """
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
                  qkv_bias: bool = False):
         super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
-        # (T, T) of zeros: no key is hidden from any query. Not saved in the state_dict, so loading a
-        # causal module's state_dict here fails loudly ("mask") instead of silently making it causal.
+        # Replace the causal mask by a (T, T) of zeros: no key is hidden from any query.
         del self.mask
         self.register_buffer("mask", torch.zeros(context_length, context_length), persistent=False)
 
@@ -156,7 +158,7 @@ class AttentionOnlyModel(nn.Module):
         use_positions: add a learned position embedding; without it the model
             cannot tell where a token sits.
 
-    ``forward(token_ids)``: ``(B, T)`` long -> logits ``(B, T, V)``; with
+    ``forward(token_ids)``: ``(B, T)`` long -> logits ``(B, T, vocab_size)``; with
     ``return_weights=True`` also the attention weights ``(B, H, T, T)``.
     """
 
@@ -192,16 +194,16 @@ class AttentionOnlyModel(nn.Module):
         if self.use_positions:
             x = x + self.position_embedding.weight  # (B, T, d_model) + (T, d_model)
         context_vecs, attn_weights = self.attention(x, return_weights=True)  # (B, T, d_model), (B, H, T, T)
-        logits = self.unembed(context_vecs)  # (B, T, d_model) -> (B, T, V)
+        logits = self.unembed(context_vecs)  # (B, T, d_model) -> (B, T, vocab_size)
         return (logits, attn_weights) if return_weights else logits
 
 
 def accuracy(logits: torch.Tensor, targets: torch.Tensor) -> float:
-    """Fraction of positions whose highest logit is the target: ``(..., V)`` and ``(...)`` -> a float."""
+    """Fraction of positions whose highest logit is the target: ``(..., vocab_size)`` and ``(...)`` -> a float."""
     if not isinstance(logits, torch.Tensor) or not isinstance(targets, torch.Tensor):
         raise TypeError("logits and targets must be torch tensors")
     if logits.shape[:-1] != targets.shape:
-        raise ValueError(f"logits (..., V) must match targets (...): got {tuple(logits.shape)} "
+        raise ValueError(f"logits (..., vocab_size) must match targets (...): got {tuple(logits.shape)} "
                          f"and {tuple(targets.shape)}")
     return float((logits.argmax(dim=-1) == targets).float().mean())
 
@@ -256,7 +258,11 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     _check_int("seed", seed)
-    device = torch.device("cpu") if device is None else torch.device(device)
+    try:
+        device = torch.device("cpu") if device is None else torch.device(device)
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"device must be a torch.device, a name such as 'cpu' or 'cuda', or None; got {device!r}") \
+            from error
     previous_threads = torch.get_num_threads()
     # One thread: these matrices are tiny, so more threads only add waiting (badly so on a busy machine),
     # and a single thread makes the sums, hence the run, independent of how many cores the machine has.
@@ -283,19 +289,25 @@ def _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_he
         if step % checkpoint_every == 0 or step == num_steps:
             model.eval()
             with torch.no_grad():
-                watch_logits, watch_weights = model(watch_ids, return_weights=True)  # (N, T, V), (N, H, T, T)
+                watch_logits, watch_weights = model(watch_ids, return_weights=True)  # (N, T, vocab_size), (N, H, T, T)
                 accuracies.append(accuracy(model(test_ids), test_targets))
             model.train()
             steps.append(step)
             weights.append(watch_weights.cpu())
             predictions.append(watch_logits.argmax(dim=-1).cpu())  # (N, T)
-        if step == num_steps:
-            break
-        token_ids = task.sample(batch_size, generator).to(device)  # (B, T), drawn on the CPU
-        logits = model(token_ids)  # (B, T, V)
-        loss = nn.functional.cross_entropy(logits.reshape(-1, task.vocab_size), task.targets(token_ids).reshape(-1))
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(loss.item())
+        if step < num_steps:
+            losses.append(train_step(model, optimizer, task, generator, batch_size))
     return ToyTrainingRun(model.eval(), steps, torch.stack(weights), torch.stack(predictions), accuracies, losses)
+
+
+def train_step(model: AttentionOnlyModel, optimizer: torch.optim.Optimizer, task: FetchTask,
+               generator: torch.Generator, batch_size: int) -> float:
+    """One step of training on a fresh random batch; returns its loss (cross-entropy over every position)."""
+    device = next(model.parameters()).device
+    token_ids = task.sample(batch_size, generator).to(device)  # (B, T): a fresh batch, drawn on the CPU
+    logits = model(token_ids)  # (B, T, vocab_size)
+    loss = nn.functional.cross_entropy(logits.flatten(0, 1), task.targets(token_ids).flatten())
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()

@@ -5,89 +5,105 @@ import pytest
 import torch
 
 from helpers.exercises import lesson08
-from helpers.toy_model import FetchTask
 
 
-def _loop_rotation(num_tokens, offset):
-    pattern = torch.zeros(num_tokens, num_tokens)
-    for i in range(num_tokens):
-        pattern[i, (i - offset) % num_tokens] = 1.0
-    return pattern
+def _lock_by_last_below(on_source, steps):
+    below = on_source <= 0.5
+    index = torch.arange(on_source.shape[0]).unsqueeze(1).expand_as(below)
+    lock = torch.where(below, index, -1).max(dim=0).values + 1          # one after the last checkpoint below
+    return torch.where(lock < len(steps), steps[lock.clamp(max=len(steps) - 1)], -1)
 
 
-@pytest.mark.parametrize("answer", [
-    lambda n, k: torch.eye(n).roll(k, dims=0),
-    lambda n, k: torch.eye(n).roll(-k, dims=1),
-    lambda n, k: torch.nn.functional.one_hot((torch.arange(n) - k) % n, n),   # long 0/1 is fine
-    lambda n, k: torch.eye(n)[(torch.arange(n) - k) % n],
-])
-def test_rotation_pattern_accepts_every_right_form(answer):
-    assert lesson08.rotation_pattern.check(answer).passed
+def _lock_by_cummin(on_source, steps):
+    stays = on_source.flip(0).cummin(dim=0).values.flip(0) > 0.5      # the lowest weight from here on
+    return torch.where(stays[-1], steps[stays.float().argmax(dim=0)], torch.tensor(-1))
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda n, k: torch.eye(n).roll(k, dims=1), "rotates the other way"),
-    (lambda n, k: torch.eye(n).roll(-k, dims=0), "rotates the other way"),
-    (lambda n, k: torch.diag(torch.ones(n - k % n), -(k % n)), "wraps round"),
-    (lambda n, k: torch.eye(n).flip(-1), "values are not"),
-    (_loop_rotation, "no Python loop"),
-    (lambda n, k: FetchTask.rotation(n, k).ideal_pattern(), "FetchTask.ideal_pattern"),
-    (lambda n, k: [[float(j == (i - k) % n) for j in range(n)] for i in range(n)], "no Python loop"),
-])
-def test_rotation_pattern_rejects_wrong_answers_and_broken_rules(wrong, words):
-    feedback = lesson08.rotation_pattern.check(wrong)
-    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+def _looped_lock_steps(on_source, steps):
+    result = []
+    for row in range(on_source.shape[1]):
+        above = on_source[:, row] > 0.5
+        result.append(-1 if not above[-1] else int(steps[len(above) - int(above.flip(0).int().cumprod(0).sum())]))
+    return torch.tensor(result)
 
 
-def test_forbidden_call_is_restored_after_the_check():
-    lesson08.rotation_pattern.check(lambda n, k: FetchTask.rotation(n, k).ideal_pattern())
-    assert FetchTask.ideal_pattern.__name__ == "ideal_pattern"
-    assert torch.equal(FetchTask.reversal(3).ideal_pattern(), torch.eye(3).flip(-1))
-
-
-@pytest.mark.parametrize("answer", [
-    lambda logits, targets: (logits.argmax(-1) == targets).float().mean(0),
-    lambda logits, targets: (logits.argmax(-1) == targets).sum(0) / targets.shape[0],
-    lambda logits, targets: (logits.max(dim=-1).indices == targets).double().mean(dim=0),
-])
-def test_position_accuracy_accepts_every_right_form(answer):
-    assert lesson08.position_accuracy.check(answer).passed
+@pytest.mark.parametrize("answer", [_lock_by_last_below, _lock_by_cummin])
+def test_lock_steps_accepts_every_right_form(answer):
+    assert lesson08.lock_steps.check(answer).passed
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda logits, targets: (logits.argmax(-1) == targets).float().mean(), "shape"),
-    (lambda logits, targets: (logits.argmax(-1) == targets).float().sum(0), "counted"),
-    (lambda logits, targets: torch.stack([(logits[:, t].argmax(-1) == targets[:, t]).float().mean()
-                                          for t in range(targets.shape[1])]), "no Python loop"),
+    (lambda w, steps: torch.where((w > 0.5).any(0), steps[(w > 0.5).int().argmax(0)], -1), "STAYS above"),
+    (lambda w, steps: torch.where((w > 0.5)[-1], (w > 0.5).flip(0).cumprod(0).flip(0).int().argmax(0), -1),
+     "checkpoint indices"),
+    (_looped_lock_steps, "no Python loop"),
+    (lambda w, steps: torch.where((w > 0.5)[-1], steps[(w > 0.5).flip(0).cumprod(0).flip(0).int().argmax(0)],
+                                  0), "never locked"),
 ])
-def test_position_accuracy_rejects_wrong_answers(wrong, words):
-    feedback = lesson08.position_accuracy.check(wrong)
+def test_lock_steps_rejects_wrong_answers(wrong, words):
+    feedback = lesson08.lock_steps.check(wrong)
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_lock_steps_cases_hold_a_dip_a_row_that_never_locks_and_one_locked_from_the_start():
+    cases = lesson08.lock_steps.cases(torch.Generator().manual_seed(lesson08.lock_steps.seed))
+    locks = torch.cat([lesson08.lock_steps.reference(*case.args) for case in cases]).tolist()
+    first_crossings = torch.cat([torch.where((w > 0.5).any(0), s[(w > 0.5).int().argmax(0)], -1)
+                                 for w, s in (case.args for case in cases)]).tolist()
+    assert -1 in locks and 0 in locks
+    assert first_crossings != locks   # the dipping row separates "first above" from "stays above"
+
+
+def _ceiling_by_scatter(ids, vocab_size):
+    counts = torch.zeros(ids.shape[0], vocab_size).scatter_add_(1, ids, torch.ones(ids.shape))   # (B, V)
+    own = (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()                               # (B, T, V)
+    return ((counts.unsqueeze(1) - own).amax(-1) / (ids.shape[1] - 1)).mean()
 
 
 @pytest.mark.parametrize("answer", [
-    lambda w, src: (w * torch.nn.functional.one_hot(src, w.shape[-1])).sum(-1).mean((0, 2)),
-    lambda w, src: w.gather(-1, src.view(1, 1, -1, 1).expand(*w.shape[:3], 1)).mean((0, 2, 3)),
+    _ceiling_by_scatter,
+    lambda ids, v: ((torch.nn.functional.one_hot(ids, v).sum(1, keepdim=True) - torch.nn.functional.one_hot(ids, v))
+                    .max(-1).values.double() / (ids.shape[1] - 1)).mean(),
 ])
-def test_weight_on_source_accepts_every_right_form(answer):
-    assert lesson08.weight_on_source.check(answer).passed
+def test_blind_ceiling_accepts_every_right_form(answer):
+    assert lesson08.blind_ceiling.check(answer).passed
 
 
-def _looped_weight_on_source(w, src):
-    total = torch.zeros(w.shape[1])
-    for i in range(w.shape[-1]):
-        total += w[:, :, i, src[i]].mean(0)
-    return total / w.shape[-1]
+def _looped_ceiling(ids, v):
+    total = 0.0
+    for row in ids:
+        counts = torch.bincount(row, minlength=v)
+        for letter in row:
+            others = counts.clone()
+            others[letter] -= 1
+            total += float(others.max()) / (ids.shape[1] - 1)
+    return torch.tensor(total / ids.numel())
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda w, src: w[..., src].mean(dim=(0, 2, 3)), "whole columns"),
-    (lambda w, src: w[..., src, torch.arange(w.shape[-1])].mean(dim=(0, 2)), "swapped rows and columns"),
-    (_looped_weight_on_source, "no Python loop"),
+    (lambda ids, v: torch.tensor(1.0 / v), "chance"),
+    (lambda ids, v: (torch.nn.functional.one_hot(ids, v).sum(1).max(-1).values / (ids.shape[1] - 1)).mean(),
+     "own letter"),
+    (_looped_ceiling, "no Python loop"),
+    (lambda ids, v: 0.3, "expected"),
 ])
-def test_weight_on_source_rejects_wrong_answers(wrong, words):
-    feedback = lesson08.weight_on_source.check(wrong)
+def test_blind_ceiling_rejects_wrong_answers(wrong, words):
+    feedback = lesson08.blind_ceiling.check(wrong)
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_the_ceiling_is_what_the_lesson_s_model_without_positions_reaches():
+    """The claim behind exercise 2: the no-positions model of section 6 ends at the ceiling, not below it."""
+    from helpers.toy_model import FetchTask, train_toy_model
+
+    task = FetchTask.reversal(num_tokens=8, vocab_size=10)
+    watch_ids = task.sample(8, torch.Generator().manual_seed(1))
+    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
+    ceiling = float(lesson08.blind_ceiling._solution(test_ids, 10))
+    blind = train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
+                            checkpoint_every=50, use_positions=False)
+    assert 0.30 < ceiling < 0.33
+    assert abs(blind.accuracies[-1] - ceiling) < 0.02
 
 
 @pytest.mark.parametrize("answer", [
@@ -119,9 +135,8 @@ def test_the_buggy_embedding_really_loses_the_positions():
 
 
 @pytest.mark.parametrize("name, answer_words", [
-    ("rotation_pattern", ["roll(", "% num_tokens", "i - offset) %"]),
-    ("position_accuracy", ["argmax", "mean(0", "mean(dim=0"]),
-    ("weight_on_source", ["torch.arange", "attn_weights[", "one_hot"]),
+    ("lock_steps", ["cumprod", "cummin", "flip(", "argmax", "torch.where"]),
+    ("blind_ceiling", ["T - 1", "one_hot", "max(", "num_tokens - 1"]),
     ("position_lookup", ["arange", "[:", "position_table[torch"]),
 ])
 def test_hints_are_nudges_not_answers(name, answer_words):
@@ -133,5 +148,5 @@ def test_hints_are_nudges_not_answers(name, answer_words):
 def test_there_is_a_non_spot_the_bug_exercise_and_one_spot_the_bug():
     exercises = [getattr(lesson08, name) for name in lesson08.__all__]
     kinds = [type(e).__name__ for e in exercises]
-    assert kinds.count("SpotTheBug") == 1 and kinds.count("FunctionExercise") == 3
+    assert kinds.count("SpotTheBug") == 1 and kinds.count("FunctionExercise") == 2
     assert "dim=2" not in lesson08.position_lookup.task  # not another softmax-dimension bug

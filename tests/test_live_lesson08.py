@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from helpers.diagrams.block import transformer_block_diagram
-from helpers.live.lesson08 import heads_figure, ideal_pattern_figure, key_labels, query_labels, training_explorer
+from helpers.live.lesson08 import (heads_figure, ideal_pattern_figure, key_labels, locking_figure, query_labels,
+                                   training_explorer)
 from helpers.plotting import figure_to_png
 from helpers.toy_model import FetchTask, train_toy_model
 
@@ -46,6 +47,55 @@ def test_scrubber_shows_the_saved_weights_at_every_setting(reversal):
     assert repr(view) == "LiveFigure(step=100, example=5)"
 
 
+def test_scrubber_starts_where_asked_and_its_legend_covers_no_curve(reversal):
+    """The picture a reader sees without a kernel is the starting one: it must show a step where learning happens."""
+    task, watch_ids, run = reversal
+    view = training_explorer(run, task, watch_ids, step=32, example=3)
+    assert view.values() == {"step": 32, "example": 3}
+    assert "step 32" in view.fig.axes[0].get_title()
+    assert view.initial_png == bytes(view.image.value)
+    curve_ax = view.fig.axes[2]
+    assert "sharpen" in curve_ax.get_title() and "follows" not in curve_ax.get_title()
+    view.fig.canvas.draw()
+    box = curve_ax.get_legend().get_window_extent().transformed(curve_ax.transData.inverted())
+    for line in curve_ax.lines[:3]:   # accuracy and the two heads' weight on the source
+        xs, ys = (np.asarray(v, dtype=float) for v in line.get_data())
+        inside = (xs >= box.x0) & (xs <= box.x1) & (ys >= box.y0) & (ys <= box.y1)
+        assert not inside.any(), f"the legend covers {line.get_label()!r}"
+    with pytest.raises(ValueError, match="no checkpoint"):
+        training_explorer(run, task, watch_ids, step=33)
+
+
+def test_locking_figure_shows_the_weight_on_the_source_per_row_and_step(reversal):
+    task, watch_ids, run = reversal
+    fig = locking_figure(run, task)
+    on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=1)   # (S, H, T)
+    for head in range(2):
+        shown = torch.as_tensor(np.asarray(fig.axes[head].images[0].get_array()))
+        torch.testing.assert_close(shown, on_source[:, head].T)
+        assert fig.axes[head].images[0].get_clim() == (0.0, 1.0)
+        assert fig.axes[head].get_xlabel() == "training step"
+    assert len(fig.axes) == 3  # two panels, one colour bar
+    # What the lesson says about the picture: the two ends pass 0.5 by step 28, before any other row; every row
+    # has passed it by step 44.
+    crossed = on_source > 0.5                                                  # (S, H, T)
+    assert crossed[run.checkpoint(28)][:, [0, 7]].all() and not crossed[run.checkpoint(28)][:, 1:7].any()
+    assert not crossed[run.checkpoint(40)].all() and crossed[run.checkpoint(44)].all()
+
+
+def test_the_lesson_s_printed_numbers_sit_away_from_rounding_edges(reversal):
+    """Printed rounded, these numbers must not flip on a device whose sums differ in the last digits."""
+    task, watch_ids, run = reversal
+    on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=(1, 3))   # (S, H)
+    for value, decimals in [(v, 3) for v in on_source[0].tolist()] + [(v, 2) for v in on_source[-1].tolist()]:
+        scaled = value * 10 ** decimals
+        assert abs(scaled - round(scaled)) < 0.45, value
+    assert run.accuracies[-1] > 0.996
+    # "The accuracy rises before the weights sharpen": at step 36 most answers are right, the weights not yet sharp.
+    at_36 = run.checkpoint(36)
+    assert run.accuracies[at_36] > 0.85 and (on_source[at_36] < 0.65).all()
+
+
 def test_scrubber_axes_are_labelled_and_share_one_colour_bar(reversal):
     task, watch_ids, run = reversal
     view = training_explorer(run, task, watch_ids)
@@ -61,8 +111,11 @@ def test_static_figures(reversal):
     task, watch_ids, run = reversal
     fig = ideal_pattern_figure(task, watch_ids[0])
     torch.testing.assert_close(torch.as_tensor(np.asarray(fig.axes[0].images[0].get_array())), task.ideal_pattern())
+    assert query_labels(task, watch_ids[0])[0] == "out 0: B"   # the same "out i: X" as the trained heatmaps
     fig = heads_figure(run, task, watch_ids, steps=(0, 100))
     assert len(fig.axes) == 2 * 2 + 2  # 2 steps x 2 heads, one colour bar per row
+    stretched = heads_figure(run, task, watch_ids, vmax=0.3)
+    assert stretched.axes[0].images[0].get_clim() == (0.0, 0.3) and "colour scale 0 to 0.3" in stretched.axes[0].get_title()
     titles = [ax.get_title() for ax in fig.axes[:4] if ax.images]
     assert titles[0] == "$A$ of head 0, step 0" and "heads" not in " ".join(titles)
     figure_to_png(fig)  # draws without an error
@@ -77,6 +130,16 @@ def test_block_diagram_is_drawn_from_its_arguments():
         assert expected in texts, expected
     assert fig.get_figwidth() <= 12.0
     assert figure_to_png(fig)[:4] == b"\x89PNG"
+
+
+def test_block_diagram_says_what_its_outline_and_fill_mean_and_numbers_the_cache_rows():
+    fig = transformer_block_diagram(cached_tokens=4)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    joined = " ".join(texts)
+    assert "no causal mask" in joined and "outlined blue" in joined and "filled yellow" in joined
+    assert [str(row) for row in range(5)] == [t for t in texts if t.isdigit()][:5]   # rows 0..4, the new one last
+    assert "row 4 (red)" in joined and "rows 0 to 3" in joined
+    assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 10   # readable at notebook width
 
 
 @pytest.mark.parametrize("bad", [{"num_layers": 0}, {"d_model": 7.5}, {"num_heads": True}])

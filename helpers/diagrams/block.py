@@ -54,93 +54,107 @@ def _check_sizes(**sizes: int) -> None:
 
 def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: int = 3072, num_heads: int = 12,
                               vocab_size: int = 50257, cached_tokens: int = 5) -> CourseFigure:
-    """The data flow of a GPT-style model; the attention built in notebooks 01-07 is highlighted.
+    """The data flow of a GPT-style model; the attention built in notebooks 01-07 is filled yellow.
+
+    Parts that notebook 08's small model has too are outlined blue (its attention is the same layer without the
+    causal mask). A panel at the bottom shows the KV cache used at generation.
 
     Args:
-        num_layers: how many times the block is repeated (``N``).
+        num_layers: how many times the block is repeated.
         d_model: width of every token vector between the blocks.
         d_ff: width of the feed-forward network's hidden layer (4 x ``d_model`` in GPT-2).
         num_heads: heads of the attention layer (``H``).
-        vocab_size: number of scores per position at the output (``V``).
+        vocab_size: number of logits per position at the output.
         cached_tokens: how many earlier tokens the KV-cache panel shows.
     """
     _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, num_heads=num_heads, vocab_size=vocab_size,
                  cached_tokens=cached_tokens)
-    fig, ax = diagram_canvas(37, 31)
+    fig, ax = diagram_canvas(37, 33.5 + cached_tokens + 1)
     left, width, mid = 2.0, 12.0, 8.0
     side = 1.0  # x of the residual paths
-    notes = 15.0  # x where the notes on the right start
-    note = dict(fontsize=9.5, ha="left", color="#252525")
+    notes = 15.3  # x where the notes on the right start
+    text_size = 12
+    note = dict(fontsize=text_size, ha="left", color="#252525")
+    toy = dict(edge=TOY_EDGE, linewidth=3.0)
 
-    # Bottom: token ids -> embeddings (+ positions).
-    label(ax, mid, 30.2, "token ids  $(B, T)$", fontsize=10)
-    arrow(ax, (mid, 29.7), (mid, 28.6))
-    box(ax, left, 26.6, width, 2.0, "token embedding  +  position embedding", color=PALETTE["inputs"],
-        edge=TOY_EDGE, linewidth=2.5)
-    label(ax, notes, 27.2, "positions: a learned vector per position, added to the token's", **note)
-    label(ax, notes, 28.0, "(GPT-2, this notebook); fixed sinusoids in Vaswani et al. 2017", **note)
-    label(ax, mid, 26.1, f"$(B, T, {d_model})$", fontsize=9, color="#525252")
+    # Key: what the blue outline and the yellow fill mean.
+    ax.plot([notes, notes + 1.4], [0.9, 0.9], color=TOY_EDGE, linewidth=3.0)
+    label(ax, notes + 1.8, 0.9, "outlined blue: also in notebook 08's model,", **note)
+    label(ax, notes + 1.8, 1.8, "whose attention has no causal mask (bidirectional)", **note)
+    box(ax, notes, 2.5, 1.4, 0.8, "", color=PALETTE["weights"])
+    label(ax, notes + 1.8, 2.9, "filled yellow: the attention of notebooks 01-07", **note)
+
+    # Top: the output layer and the final norm (the model is read from the bottom up).
+    label(ax, mid, 0.8, f"$(B, T, {vocab_size})$: one logit per vocabulary entry", fontsize=text_size)
+    arrow(ax, (mid, 2.6), (mid, 1.4))
+    box(ax, left, 2.6, width, 1.8, f"linear output layer, ${d_model} \\to {vocab_size}$", fontsize=text_size,
+        **toy)
+    arrow(ax, (mid, 5.4), (mid, 4.4))
+    box(ax, left, 5.4, width, 1.2, "final layer norm", fontsize=text_size)
+    arrow(ax, (mid, 9.05), (mid, 6.6))
 
     # The repeated block.
     box(ax, 0.2, 7.6, 14.6, 17.8, "", dashed=True, edge="#737373")
-    label(ax, 13.9, 8.3, f"$\\times\\,{num_layers}$", fontsize=14, fontweight="bold", ha="right")
-    arrow(ax, (mid, 25.8), (mid, 23.4))
-    box(ax, left, 22.2, width, 1.2, "layer norm", color="#e5f5e0")
-    arrow(ax, (mid, 22.2), (mid, 21.2))
-    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention, $H = {num_heads}$\n(notebooks 01-07)",
-        color=PALETTE["weights"], edge=TOY_EDGE, linewidth=2.5, fontsize=10.5)
-    arrow(ax, (mid, 19.0), (mid, 18.05))
-    _plus(ax, mid, 17.6)
-    _residual(ax, 24.6, 17.6, mid, side)
-    arrow(ax, (mid, 17.15), (mid, 15.9))
-    box(ax, left, 14.7, width, 1.2, "layer norm", color="#e5f5e0")
-    arrow(ax, (mid, 14.7), (mid, 13.7))
-    box(ax, left, 10.9, width, 2.8,
-        f"feed-forward, at each position alone:\nlinear ${d_model} \\to {d_ff}$, GELU, linear ${d_ff} \\to {d_model}$",
-        color="#f2f0f7")
-    arrow(ax, (mid, 10.9), (mid, 9.95))
+    label(ax, 13.9, 8.4, f"$\\times\\,{num_layers}$", fontsize=15, fontweight="bold", ha="right")
     _plus(ax, mid, 9.5)
+    arrow(ax, (mid, 10.9), (mid, 9.95))
+    box(ax, left, 10.9, width, 2.8,
+        f"feed-forward, each position alone:\nlinear ${d_model} \\to {d_ff}$, GELU,\nlinear ${d_ff} \\to {d_model}$",
+        fontsize=text_size - 0.5)
+    arrow(ax, (mid, 14.7), (mid, 13.7))
+    box(ax, left, 14.7, width, 1.2, "layer norm", fontsize=text_size)
     _residual(ax, 16.4, 9.5, mid, side)
-    label(ax, notes, 17.3, "the red paths are residual connections: each sub-layer", **note)
-    label(ax, notes, 18.0, "adds its output to its input (He et al. 2016)", **note)
-    label(ax, notes, 22.8, "layer norm: each token vector rescaled to mean 0, variance 1,", **note)
-    label(ax, notes, 23.5, "then a learned scale and shift (Ba et al. 2016)", **note)
-    label(ax, notes, 19.7, "mixes information ACROSS tokens: the only place", **note)
-    label(ax, notes, 20.4, "where token $i$ reads the other tokens", **note)
-    label(ax, notes, 11.9, "works on each token vector on its own:", **note)
+    arrow(ax, (mid, 17.15), (mid, 15.9))
+    _plus(ax, mid, 17.6)
+    arrow(ax, (mid, 19.0), (mid, 18.05))
+    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention\n$H = {num_heads}$", color=PALETTE["weights"],
+        fontsize=text_size, **toy)
+    arrow(ax, (mid, 22.2), (mid, 21.2))
+    box(ax, left, 22.2, width, 1.2, "layer norm", fontsize=text_size)
+    _residual(ax, 24.6, 17.6, mid, side)
+    arrow(ax, (mid, 25.8), (mid, 23.4))
+    label(ax, notes, 9.5, f"each block keeps the shape $(B, T, {d_model})$, so blocks stack", **note)
+    label(ax, notes, 11.7, "transforms each token vector on its own:", **note)
     label(ax, notes, 12.6, "the same two-layer network at every position", **note)
-    label(ax, notes, 9.5, f"the block keeps the shape $(B, T, {d_model})$, so blocks stack", **note)
+    label(ax, notes, 15.3, "red paths: residual connections; each sub-layer", **note)
+    label(ax, notes, 16.2, "adds its output to its input (He et al. 2016)", **note)
+    label(ax, notes, 19.7, "mixes information ACROSS tokens: the only", **note)
+    label(ax, notes, 20.6, "place where token $i$ reads the other tokens", **note)
+    label(ax, notes, 22.4, "layer norm: each token vector rescaled to mean 0,", **note)
+    label(ax, notes, 23.3, "variance 1, then a learned scale and shift (Ba et al. 2016)", **note)
 
-    # Top: final norm and the output layer.
-    arrow(ax, (mid, 9.05), (mid, 6.6))
-    box(ax, left, 5.4, width, 1.2, "final layer norm", color="#e5f5e0")
-    arrow(ax, (mid, 5.4), (mid, 4.4))
-    box(ax, left, 2.6, width, 1.8, f"linear output layer, ${d_model} \\to {vocab_size}$", color=PALETTE["context"],
-        edge=TOY_EDGE, linewidth=2.5)
-    arrow(ax, (mid, 2.6), (mid, 1.4))
-    label(ax, mid, 0.8, f"one score per vocabulary entry  $(B, T, {vocab_size})$", fontsize=10)
-    label(ax, notes, 3.5, "this notebook's model: only the blue-outlined parts,", **note)
-    label(ax, notes, 4.2, "one attention layer, no residual, norm or feed-forward", **note)
-    ax.plot([notes, notes + 1.2], [2.4, 2.4], color=TOY_EDGE, linewidth=2.5)
-    label(ax, notes + 1.6, 2.4, "in notebook 08's model", **note)
+    # Bottom: token ids -> embeddings (+ positions).
+    label(ax, mid, 26.1, f"$(B, T, {d_model})$", fontsize=text_size - 1, color="#525252")
+    box(ax, left, 26.6, width, 2.0, "token embedding\n+ position embedding", color="white", fontsize=text_size,
+        **toy)
+    arrow(ax, (mid, 29.7), (mid, 28.6))
+    label(ax, mid, 30.3, "token ids  $(B, T)$", fontsize=text_size)
+    label(ax, notes, 27.0, "positions: one learned vector per position, added", **note)
+    label(ax, notes, 27.9, "to the token's (GPT-2, notebook 08)", **note)
 
-    # Side panel: the KV cache at generation time.
-    kv_x, kv_y = 30.0, 6.3
-    label(ax, kv_x + 2.5, kv_y - 1.9, "KV cache, at generation", fontsize=10, fontweight="bold")
-    label(ax, kv_x + 2.5, kv_y - 1.2, "(in every attention layer, per head)", fontsize=9, color="#525252")
-    new_row = [(cached_tokens, c) for c in range(2)]
-    tensor_grid(ax, kv_x - 0.5, kv_y, cached_tokens + 1, 2, color=PALETTE["keys"], name="",
-                shape_text="$K$", fontsize=10)
-    tensor_grid(ax, kv_x + 3.5, kv_y, cached_tokens + 1, 2, color=PALETTE["values"], name="",
-                shape_text="$V$", fontsize=10)
-    for x in (kv_x - 0.5, kv_x + 3.5):  # the new token's row, computed now; the rows above come from the cache
-        for _, c in new_row:
-            ax.add_patch(FancyBboxPatch((x + c, kv_y + cached_tokens), 1, 1, boxstyle="square,pad=0",
-                                        facecolor="none", edgecolor="#cb181d", linewidth=2))
-    label(ax, kv_x + 2.5, kv_y + cached_tokens + 2.6, f"rows 0..{cached_tokens - 1}: stored from earlier steps",
-          fontsize=9)
-    label(ax, kv_x + 2.5, kv_y + cached_tokens + 3.3, f"row {cached_tokens} (red): the new token's $k$, $v$",
-          fontsize=9)
-    label(ax, kv_x + 2.5, kv_y + cached_tokens + 4.3, "the new token's $q$ attends to all rows;", fontsize=9)
-    label(ax, kv_x + 2.5, kv_y + cached_tokens + 5.0, "with a causal mask, old rows never change", fontsize=9)
+    # The KV cache at generation time, in a panel of its own.
+    top = 31.6
+    box(ax, 0.2, top, 36.6, cached_tokens + 2.6, "", dashed=True, edge="#737373")
+    label(ax, 1.0, top + 0.8, "KV cache, at generation time", fontsize=text_size, fontweight="bold", ha="left")
+    label(ax, 1.0, top + 1.7, "(in every attention layer,", fontsize=text_size - 1, color="#525252", ha="left")
+    label(ax, 1.0, top + 2.5, "for every head)", fontsize=text_size - 1, color="#525252", ha="left")
+    grid_y = top + 0.8
+    k_x, v_x = 10.5, 13.5
+    tensor_grid(ax, k_x, grid_y, cached_tokens + 1, 2, color=PALETTE["keys"], name="", shape_text="$K$",
+                fontsize=text_size)
+    tensor_grid(ax, v_x, grid_y, cached_tokens + 1, 2, color=PALETTE["values"], name="", shape_text="$V$",
+                fontsize=text_size)
+    for row in range(cached_tokens + 1):  # row numbers: one row per token
+        label(ax, k_x - 0.5, grid_y + row + 0.5, str(row), fontsize=text_size - 1, color="#525252")
+    for x in (k_x, v_x):  # the new token's row, computed now; the rows above come from the cache
+        for c in range(2):
+            ax.add_patch(FancyBboxPatch((x + c, grid_y + cached_tokens), 1, 1, boxstyle="square,pad=0",
+                                        facecolor="none", edgecolor="#cb181d", linewidth=2.5))
+    kv_notes = 17.0
+    label(ax, kv_notes, grid_y + 0.7, f"rows 0 to {cached_tokens - 1}: keys and values of the earlier tokens, "
+          "stored", **note)
+    label(ax, kv_notes, grid_y + 1.9, f"row {cached_tokens} (red): the new token's $k$ and $v$, computed now",
+          **note)
+    label(ax, kv_notes, grid_y + 3.1, f"the new token's $q$ attends to all {cached_tokens + 1} rows", **note)
+    label(ax, kv_notes, grid_y + 4.3, "with a causal mask, old rows never change: keep them", **note)
     return fig

@@ -1,138 +1,171 @@
 """Exercises for notebook 08: watching attention learn.
 
-1. predict the pattern: the ideal attention of rotation, built without a loop;
-2. compute an accuracy per output position;
-3. measure how much of each head's weight lands on the right input;
-4. spot the bug: a position embedding looked up by the wrong index.
+1. read the training record: the step at which each output position locks onto its source;
+2. predict a ceiling: the best accuracy any model without positions can reach on reversal;
+3. spot the bug: a position embedding looked up by the wrong index.
 """
 
 from __future__ import annotations
 
 import torch
 
-from ..toy_model import FetchTask
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
 
-__all__ = ["rotation_pattern", "position_accuracy", "weight_on_source", "position_lookup"]
-
-
-# --- 1. predict the pattern: rotation, without a loop ---------------------------------------------------------
-def _solution_rotation_pattern(num_tokens, offset):
-    rows = torch.arange(num_tokens)                 # output positions i
-    sources = (rows - offset) % num_tokens          # the input position each output copies
-    pattern = torch.zeros(num_tokens, num_tokens)
-    pattern[rows, sources] = 1.0                    # one 1 per row, at (i, source(i))
-    return pattern
+__all__ = ["lock_steps", "blind_ceiling", "position_lookup"]
 
 
-rotation_pattern = FunctionExercise(
-    "The ideal pattern of rotation",
-    "write rotation_pattern(num_tokens, offset) returning the (num_tokens, num_tokens) float attention weights of "
-    "a model that rotates its input perfectly by `offset` (output i writes input (i - offset) mod num_tokens), "
-    "without a Python loop and without the course's FetchTask.ideal_pattern.",
-    reference=lambda n, offset: FetchTask.rotation(n, offset).ideal_pattern(),
-    cases=lambda g: [Case("num_tokens=8, offset=3", (8, 3)), Case("num_tokens=5, offset=1", (5, 1)),
-                     Case("num_tokens=6, offset=0", (6, 0)), Case("num_tokens=4, offset=6", (4, 6))],
-    hint=["Draw it first: for num_tokens=5 and offset=2, in which column is the 1 of row 0? Of row 2? What happens "
-          "to row 0's source when i - offset is negative?",
-          "Start from a matrix whose 1s you know (the identity) and ask how far, and in which direction, each "
-          "row's 1 must move. torch has a function that moves entries along a dimension and wraps them round."],
-    solution=_solution_rotation_pattern,
+# --- 1. the step at which each row locks ------------------------------------------------------------------------
+def _curves_cases(g: torch.Generator) -> list[Case]:
+    def curves(num_checkpoints, num_tokens, every):
+        # Rising curves from about 1/T towards 1, each with its own start, plus some noise.
+        steps = torch.arange(num_checkpoints) * every
+        starts = torch.randint(1, num_checkpoints - 2, (num_tokens,), generator=g)
+        rise = torch.sigmoid((torch.arange(num_checkpoints).unsqueeze(1) - starts) * 1.5)   # (S, T)
+        on_source = (0.12 + 0.86 * rise + 0.03 * randn(g, num_checkpoints, num_tokens)).clamp(0.0, 1.0)
+        on_source[on_source.sub(0.5).abs() < 1e-3] = 0.52   # no value sits exactly on the threshold
+        return on_source, steps
+    on_source, steps = curves(12, 6, 4)
+    on_source[:, 0] = torch.tensor([0.12, 0.2, 0.55, 0.62, 0.45, 0.4, 0.58, 0.7, 0.8, 0.9, 0.95, 0.97])  # dips
+    on_source[:, 1] = torch.linspace(0.1, 0.4, 12)   # never gets there
+    dips = Case("12 checkpoints every 4 steps, 6 rows, one row that dips below 0.5 again, one that never locks",
+                (on_source, steps))
+    on_source, steps = curves(26, 8, 4)
+    smooth = Case("26 checkpoints every 4 steps, 8 rows", (on_source, steps))
+    on_source, steps = curves(9, 5, 10)
+    on_source[:, 2] = 0.9    # locked from the start
+    on_source[:, 4] = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 0.48, 0.49, 0.6, 0.3])   # lost at the end
+    early = Case("9 checkpoints every 10 steps, 5 rows, one locked from step 0, one that falls at the end",
+                 (on_source, steps))
+    return [dips, smooth, early]
+
+
+def _reference_lock_steps(on_source, steps):
+    result = []
+    for row in range(on_source.shape[1]):
+        above = (on_source[:, row] > 0.5).tolist()
+        lock = -1
+        for index in range(len(above) - 1, -1, -1):   # walk back from the end while the row stays above
+            if not above[index]:
+                break
+            lock = int(steps[index])
+        result.append(lock)
+    return torch.tensor(result)
+
+
+def _solution_lock_steps(on_source, steps):
+    above = on_source > 0.5                                  # (S, T): above the threshold at each checkpoint?
+    stays = above.flip(0).cumprod(dim=0).flip(0).bool()     # (S, T): above here AND at every later checkpoint
+    first = stays.int().argmax(dim=0)                        # (T,): the first checkpoint from which it stays
+    return torch.where(stays[-1], steps[first], -1)          # rows not above at the end never locked
+
+
+def _first_crossing(on_source, steps):
+    above = on_source > 0.5
+    return torch.where(above.any(dim=0), steps[above.int().argmax(dim=0)], -1)
+
+
+def _indices_not_steps(on_source, steps):
+    stays = (on_source > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+    return torch.where(stays[-1], stays.int().argmax(dim=0), -1)
+
+
+def _no_minus_one(on_source, steps):
+    stays = (on_source > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+    return steps[stays.int().argmax(dim=0)]
+
+
+lock_steps = FunctionExercise(
+    "The step at which each row locks",
+    "write lock_steps(on_source, steps): on_source (num_checkpoints, num_tokens) holds one head's weight on the "
+    "source of each output position at each checkpoint, steps (num_checkpoints,) the training step of each "
+    "checkpoint. Return, for every output position, the training step from which its weight stays above 0.5 at "
+    "every later checkpoint, or -1 if it is not above 0.5 at the last checkpoint. Shape (num_tokens,), no Python "
+    "loop.",
+    reference=_reference_lock_steps,
+    cases=_curves_cases,
+    hint=["Sketch a row whose weight goes 0.2, 0.6, 0.4, 0.7, 0.9. At which checkpoint does it lock, and what do "
+          "you need to know about the checkpoints AFTER it to say so?",
+          "'Above here and at every later checkpoint' is a question you can answer for all checkpoints at once if "
+          "you run through them from the end backwards. Which cumulative operation stays True only as long as "
+          "every value so far was True?"],
+    solution=_solution_lock_steps,
     mistakes=[
-        Mistake(lambda n, offset: FetchTask.rotation(n, -offset).ideal_pattern(),
-                "your pattern rotates the other way: row i has its 1 in column (i + offset) mod T. Output i must "
-                "read input (i - offset) mod T (for offset 3, output 3 reads input 0)."),
-        Mistake(lambda n, offset: torch.diag(torch.ones(n - offset % n), -(offset % n)),
-                "some rows have no 1 at all: their source, i - offset, is negative. A rotation wraps round: "
-                "take it modulo T."),
-        Mistake(lambda n, offset: torch.eye(n),
-                "that is the identity: every output copies its own position. That is rotation by 0 only."),
-    ],
-    rules=[no_loops(), forbids("helpers.toy_model.FetchTask.ideal_pattern",
-                               why="Build the pattern yourself from the rule of the task.")],
-)
-
-
-# --- 2. accuracy per output position -------------------------------------------------------------------------
-def _accuracy_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, tokens, vocab):
-        logits = randn(g, batch, tokens, vocab)
-        targets = torch.randint(0, vocab, (batch, tokens), generator=g)
-        targets[: batch // 2] = logits[: batch // 2].argmax(dim=-1)   # half the rows right, for a mix
-        return Case(description, (logits, targets))
-    return [case("a batch of 6 sequences of 6 tokens, 6 token types", 6, 6, 6),
-            case("a batch of 16 sequences of 8 tokens, 10 token types", 16, 8, 10),
-            case("a batch of 4 sequences of 5 tokens, 3 token types", 4, 5, 3)]
-
-
-def _solution_position_accuracy(logits, targets):
-    predictions = logits.argmax(dim=-1)                   # (B, T, V) -> (B, T): the letter each position writes
-    return (predictions == targets).float().mean(dim=0)   # fraction right over the batch -> (T,)
-
-
-position_accuracy = FunctionExercise(
-    "Accuracy per position",
-    "write position_accuracy(logits, targets) for logits (batch, num_tokens, vocab_size) and target ids "
-    "(batch, num_tokens), without a Python loop: the fraction of sequences whose prediction is right at each "
-    "position, shape (num_tokens,).",
-    reference=lambda logits, targets: (logits.argmax(-1) == targets).double().mean(0).float(),
-    cases=_accuracy_cases,
-    hint=["Two steps: first one predicted letter per (sequence, position), then a fraction per position. Which "
-          "dimension of the logits holds the letters, and which dimension do the sequences run along?",
-          "A comparison gives True/False; the mean of a boolean tensor needs a float tensor first."],
-    solution=_solution_position_accuracy,
-    mistakes=[
-        Mistake(lambda logits, targets: (logits.argmax(-1) == targets).float().mean(dim=1),
-                "you averaged over the positions (dim=1), which gives one number per sequence. Average over the "
-                "batch to get one number per position."),
-        Mistake(lambda logits, targets: (logits.argmax(1) == targets).float().mean(0),
-                "your argmax runs over the positions (dim=1). A prediction is the most likely letter: the argmax "
-                "over the vocabulary, the last dimension."),
-        Mistake(lambda logits, targets: (logits.argmax(-1) == targets).float().sum(0),
-                "you counted the right answers at each position; an accuracy is a fraction of the batch."),
+        Mistake(_first_crossing,
+                "you found the first checkpoint above 0.5. A row can cross 0.5 and fall back below it: it locks at "
+                "the first checkpoint from which it STAYS above."),
+        Mistake(_indices_not_steps,
+                "your numbers are checkpoint indices (0, 1, 2, ...), not training steps. Look the step up in "
+                "`steps`."),
+        Mistake(_no_minus_one,
+                "a row that is not above 0.5 at the last checkpoint never locked: give it -1, not a step."),
     ],
     rules=[no_loops()],
 )
 
 
-# --- 3. how much attention lands on the right input ----------------------------------------------------------
-def _weights_cases(g: torch.Generator) -> list[Case]:
-    def weights(*shape):
-        return torch.softmax(randn(g, *shape, scale=2.0), dim=-1)
-    return [Case("batch 3, 2 heads, reversal of 6 tokens", (weights(3, 2, 6, 6), torch.arange(5, -1, -1))),
-            Case("batch 2, 4 heads, rotation by 1 of 5 tokens", (weights(2, 4, 5, 5), torch.tensor([4, 0, 1, 2, 3])))]
+# --- 2. the best accuracy possible without positions ---------------------------------------------------------
+def _blind_cases(g: torch.Generator) -> list[Case]:
+    def case(description, batch, tokens, vocab):
+        return Case(description, (torch.randint(0, vocab, (batch, tokens), generator=g), vocab))
+    few = torch.tensor([[0, 0, 1, 2], [1, 1, 1, 1], [0, 1, 2, 3]])
+    return [Case("3 sequences of 4 tokens, 4 letters: [[A A B C], [B B B B], [A B C D]]", (few, 4)),
+            case("200 sequences of 8 tokens, 10 letters", 200, 8, 10),
+            case("50 sequences of 6 tokens, 3 letters", 50, 6, 3)]
 
 
-def _solution_weight_on_source(attn_weights, source_positions):
-    num_tokens = attn_weights.shape[-1]
-    rows = torch.arange(num_tokens)
-    on_source = attn_weights[..., rows, source_positions]   # (B, H, T): weight of output i on its source key
-    return on_source.mean(dim=(0, 2))                         # average over batch and positions -> (H,)
+def _reference_blind_ceiling(token_ids, vocab_size):
+    num_tokens = token_ids.shape[1]
+    total = 0.0
+    for sequence in token_ids.tolist():
+        for own in sequence:
+            others = list(sequence)
+            others.remove(own)   # the source is one of the other T - 1 tokens, each equally likely
+            total += max(others.count(letter) for letter in range(vocab_size)) / (num_tokens - 1)
+    return torch.tensor(total / token_ids.numel())
 
 
-weight_on_source = FunctionExercise(
-    "Weight on the right input",
-    "write weight_on_source(attn_weights, source_positions) without a Python loop: for weights "
-    "(batch, num_heads, T, T) and the (T,) input position each output must copy, return each head's average "
-    "weight on that position, shape (num_heads,). 1.0 means the head learned the ideal pattern.",
-    reference=lambda w, src: torch.stack([w[:, h, torch.arange(w.shape[-1]), src].mean() for h in range(w.shape[1])]),
-    cases=_weights_cases,
-    hint=["For one head and one sequence you need T numbers, one per row: the weight of row i in column "
-          "source_positions[i]. Section 4 of the lesson picked the same numbers for reversal in another way.",
-          "Indexing with two index tensors of equal length, one for the rows and one for the columns, picks one "
-          "element per (row, column) pair."],
-    solution=_solution_weight_on_source,
+def _solution_blind_ceiling(token_ids, vocab_size):
+    num_tokens = token_ids.shape[1]
+    own = torch.nn.functional.one_hot(token_ids, vocab_size)       # (B, T, vocab_size): each position's letter
+    counts = own.sum(dim=1, keepdim=True)                          # (B, 1, vocab_size): letters in the sequence
+    others = counts - own                                          # (B, T, vocab_size): letters at other positions
+    best = others.max(dim=-1).values / (num_tokens - 1)            # (B, T): chance that the best guess is right
+    return best.mean()
+
+
+def _counts(token_ids, vocab_size):
+    own = torch.nn.functional.one_hot(token_ids, vocab_size)
+    return own, own.sum(dim=1, keepdim=True)
+
+
+blind_ceiling = FunctionExercise(
+    "The best accuracy possible without positions",
+    "write blind_ceiling(token_ids, vocab_size): token_ids (batch, num_tokens) are random reversal inputs, "
+    "num_tokens even. Return, as a 0-dim tensor, the expected accuracy on them of the best possible model that "
+    "cannot see positions (its answer at a position may depend only on that position's letter and on which "
+    "letters the sequence holds). No Python loop.",
+    reference=_reference_blind_ceiling,
+    cases=_blind_cases,
+    hint=["Put yourself in the model's place at one output position: you see your own letter and the bag of "
+          "letters of the sequence, not where they stand. Where can your source be, and how likely is each "
+          "letter to be there?",
+          "With an even number of tokens, no output position is its own source. So which tokens are candidates "
+          "for the source, and how many of them are there?"],
+    solution=_solution_blind_ceiling,
     mistakes=[
-        Mistake(lambda w, src: w[..., src, torch.arange(w.shape[-1])].mean(dim=(0, 2)),
-                "you swapped rows and columns: rows are output positions (queries), columns input positions "
-                "(keys). Pick the weight in row i, column source[i]."),
-        Mistake(lambda w, src: w[..., torch.arange(w.shape[-1]), src].mean(dim=(0, 1)),
-                "you averaged over the heads, so the result has one number per position. Keep the heads; average "
-                "over the batch and the positions."),
-        Mistake(lambda w, src: w[..., src].mean(dim=(0, 2, 3)),
-                "you averaged whole columns: every output's weight on every source key. Each output position "
-                "counts only its own source, one weight per row."),
+        Mistake(lambda ids, v: (_counts(ids, v)[1].max(dim=-1).values / ids.shape[1]).float().mean(),
+                "you let the source be any of the T tokens, the output's own included. With T even, no output "
+                "position is its own source: it is one of the OTHER T - 1 tokens."),
+        Mistake(lambda ids, v: (_counts(ids, v)[1].max(dim=-1).values / (ids.shape[1] - 1)).float().mean(),
+                "you counted the output's own letter among the candidates for its source. The source is another "
+                "position: take the output's own token out of the count."),
+        Mistake(lambda ids, v: ((_counts(ids, v)[1] - _counts(ids, v)[0]).max(dim=-1).values
+                                / ids.shape[1]).float().mean(),
+                "the source is one of the other T - 1 tokens, each equally likely: divide by T - 1."),
+        Mistake(lambda ids, v: torch.tensor(1.0 / v),
+                "that is chance, a blind guess among all letters. The model sees which letters the sequence holds: "
+                "it can do better."),
     ],
     rules=[no_loops()],
 )

@@ -1,9 +1,11 @@
-"""The pictures of notebook 08 (watch attention learn): ideal patterns, heads at a checkpoint, the training scrubber.
+"""The pictures of notebook 08 (watch attention learn): ideal patterns, heads at a checkpoint, rows locking onto
+their source over training, and the training scrubber.
 
-Every heatmap here shows attention weights ``A`` of one head on one sequence: rows are output positions (the
-queries ``i``), columns the input tokens (the keys ``j``), on a fixed 0..1 colour scale. Red boxes mark the task's
-ideal pattern, and the row labels show what the model writes at each output position, with a cross where it is
-wrong. Nothing is recomputed on a slider move: the training run saved every picture.
+Every heatmap of weights shows attention weights ``A`` of one head on one sequence: rows are output positions (the
+queries ``i``), columns the input tokens (the keys ``j``), on a fixed 0..1 colour scale unless a figure says
+otherwise in its title. Red boxes mark the task's ideal pattern. Row labels read ``out i: X``: the letter output ``i``
+must write (ideal pattern), or the letter the model writes, with a cross where it is wrong (trained heads).
+Nothing is recomputed on a slider move: the training run saved every picture.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from ..plotting import CourseFigure, Heatmap, new_figure
 from ..toy_model import FetchTask, ToyTrainingRun
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["key_labels", "query_labels", "mark_ideal", "ideal_pattern_figure", "heads_figure", "training_explorer"]
+__all__ = ["key_labels", "query_labels", "mark_ideal", "ideal_pattern_figure", "heads_figure", "locking_figure",
+           "training_explorer"]
 
 XLABEL = "key: input token $j$"
 YLABEL = "query: output position $i$"
@@ -33,7 +36,7 @@ def query_labels(task: FetchTask, token_ids: torch.Tensor, answers: torch.Tensor
     """``"out i: X"``: the letter output ``i`` must write, or the model's ``answers`` with a cross where wrong."""
     wanted = task.labels(task.targets(token_ids))
     if answers is None:
-        return [f"out {i} = {w}" for i, w in enumerate(wanted)]
+        return [f"out {i}: {w}" for i, w in enumerate(wanted)]
     written = task.labels(answers)
     return [f"out {i}: {a}" + ("" if a == w else " ✗") for i, (a, w) in enumerate(zip(written, wanted))]
 
@@ -45,8 +48,8 @@ def mark_ideal(ax: Axes, task: FetchTask) -> None:
 
 
 def _heatmap(ax: Axes, weights: torch.Tensor, task: FetchTask, token_ids: torch.Tensor, rows: Sequence[str],
-             title: str, colorbar: bool = True) -> Heatmap:
-    heatmap = Heatmap(ax, weights, list(rows), key_labels(task, token_ids), vmin=0.0, vmax=1.0, annotate=False,
+             title: str, colorbar: bool = True, vmax: float = 1.0) -> Heatmap:
+    heatmap = Heatmap(ax, weights, list(rows), key_labels(task, token_ids), vmin=0.0, vmax=vmax, annotate=False,
                       xlabel=XLABEL, ylabel=YLABEL, title=title, colorbar_label="attention weight $a_{ij}$")
     if not colorbar:  # one colour bar per row of panels is enough: they share the 0..1 scale
         heatmap.colorbar.remove()
@@ -63,10 +66,11 @@ def ideal_pattern_figure(task: FetchTask, token_ids: torch.Tensor) -> CourseFigu
 
 
 def heads_figure(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, steps: Sequence[int] = (),
-                 example: int = 0, title: str = "") -> CourseFigure:
+                 example: int = 0, title: str = "", vmax: float = 1.0) -> CourseFigure:
     """Every head's weights on watched example ``example``: one row of panels per training step in ``steps``.
 
     ``steps`` defaults to the last checkpoint; ``title`` starts each panel's title (the head and step follow).
+    ``vmax`` below 1 stretches the colour scale to show contrast in flat weights; the titles then say so.
     """
     steps = list(steps) or [run.steps[-1]]
     num_heads = run.weights.shape[2]
@@ -75,18 +79,48 @@ def heads_figure(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, 
         checkpoint = run.checkpoint(step)
         labels = query_labels(task, watch_ids[example], run.predictions[checkpoint, example])
         for head in range(num_heads):
+            scale = "" if vmax == 1.0 else f"\n(colour scale 0 to {vmax:g}, for contrast)"
             _heatmap(fig.axes[row * num_heads + head], run.weights[checkpoint, example, head], task,
-                     watch_ids[example], labels, f"{title}$A$ of head {head}, step {step}",
-                     colorbar=head == num_heads - 1)
+                     watch_ids[example], labels, f"{title}$A$ of head {head}, step {step}{scale}",
+                     colorbar=head == num_heads - 1, vmax=vmax)
     return fig
 
 
-def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor) -> LiveFigure:
+def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
+    """For each head, the weight every output position puts on its source at every checkpoint.
+
+    One panel per head: rows are output positions ``i``, columns the checkpoints; each cell is the weight
+    ``a_{i, source(i)}`` averaged over the watched examples, on a fixed 0..1 scale. A row turns bright when it
+    locks onto its source.
+    """
+    # (S, N, H, T, T) * (T, T) summed over keys -> (S, N, H, T); mean over the watched examples -> (S, H, T)
+    on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=1)
+    num_heads = on_source.shape[1]
+    fig = new_figure(5.2 * num_heads + 0.8, 3.6, ncols=num_heads)
+    sources = task.source_positions().tolist()
+    rows = [f"out {i} (source {j})" for i, j in enumerate(sources)]
+    every = max(1, len(run.steps) // 6)
+    for head, ax in enumerate(fig.axes[:num_heads]):
+        heatmap = Heatmap(ax, on_source[:, head].T, rows, [str(step) for step in run.steps], vmin=0.0, vmax=1.0,
+                          annotate=False, xlabel="training step", ylabel="query: output position $i$",
+                          title=f"Head {head}: weight on the source, by training step",
+                          colorbar_label="mean weight on the source")
+        ax.set_xticks(range(0, len(run.steps), every), labels=[str(s) for s in run.steps[::every]], rotation=0,
+                      ha="center")
+        if head < num_heads - 1:
+            heatmap.colorbar.remove()
+    return fig
+
+
+def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, step: int = 0,
+                      example: int = 0) -> LiveFigure:
     """Two sliders (training step, watched example) over each head's weights, beside the learning curves.
 
     Left: one heatmap per head at the chosen checkpoint and example. Right: held-out accuracy and each head's
-    mean weight on the ideal key over training, with a red line at the chosen step.
+    mean weight on the source over training, with a red line at the chosen step. ``step`` and ``example`` set
+    where the sliders start (and so the picture a reader sees before moving them).
     """
+    run.checkpoint(step)  # a clear error if there is no checkpoint at that step
     num_heads = run.weights.shape[2]
     fig = new_figure(12, 4.4, ncols=num_heads + 1)
     head_axes, curve_ax = fig.axes[:num_heads], fig.axes[num_heads]
@@ -94,16 +128,17 @@ def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Ten
     head_maps = [_heatmap(ax, run.weights[0, 0, head], task, watch_ids[0], first, "", colorbar=head == num_heads - 1)
                  for head, ax in enumerate(head_axes)]
     # (S, N, H, T, T) * (T, T) summed over keys -> (S, N, H, T), then the mean over examples and rows -> (S, H)
-    on_ideal = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=(1, 3))
+    on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=(1, 3))
     curve_ax.plot(run.steps, run.accuracies, color="black", linewidth=2, label="held-out accuracy")
     for head in range(num_heads):
-        curve_ax.plot(run.steps, on_ideal[:, head], label=f"head {head}: mean weight on ideal key")
+        curve_ax.plot(run.steps, on_source[:, head], label=f"head {head}: weight on source")
     curve_ax.axhline(1 / task.vocab_size, color="gray", linestyle=":", linewidth=1)
-    curve_ax.text(run.steps[-1], 1 / task.vocab_size + 0.02, "chance", ha="right", color="gray")
+    curve_ax.text(run.steps[-1], 1 / task.vocab_size - 0.015, "chance", ha="right", va="top", color="gray")
     step_line = curve_ax.axvline(0, color="red", linewidth=1.5)
-    curve_ax.set(ylim=(0, 1.05), xlabel="training step", ylabel="accuracy, or weight on ideal key",
-                 title="Accuracy follows the pattern")
-    curve_ax.legend(loc="center right", fontsize=8)
+    curve_ax.set(ylim=(0, 1.05), xlabel="training step", ylabel="accuracy, or mean weight on source",
+                 title="Accuracy rises before\nthe weights sharpen")
+    # Below the finished curves and above the chance line: the legend covers no part of a curve.
+    curve_ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.1), fontsize=8, handlelength=1.2, borderaxespad=0.2)
 
     def redraw(step: int, example: int) -> None:
         checkpoint = run.checkpoint(step)
@@ -116,6 +151,6 @@ def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Ten
 
     every = run.steps[1] - run.steps[0]
     return LiveFigure(fig, redraw, {
-        "step": int_slider("training step", 0, 0, run.steps[-1], step=every),
-        "example": int_slider("held-out example", 0, 0, len(watch_ids) - 1),
+        "step": int_slider("training step", step, 0, run.steps[-1], step=every),
+        "example": int_slider("held-out example", example, 0, len(watch_ids) - 1),
     }, animated=[step_line])
