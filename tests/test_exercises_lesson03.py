@@ -32,34 +32,46 @@ def test_hints_do_not_hold_the_answer(exercise):
         assert answer not in hints
 
 
-# --- 1. shapes ----------------------------------------------------------------------------------------
+# --- 1. shapes (cross-attention over a batch) --------------------------------------------------------
 def test_shapes_accepts_torch_size_and_names_a_list():
-    def with_sizes(num_tokens, d_in, d_k, d_v):
-        return tuple(torch.Size(s) for s in lesson03._solution_shapes(num_tokens, d_in, d_k, d_v))
+    def with_sizes(*sizes):
+        return tuple(torch.Size(s) for s in lesson03._solution_shapes(*sizes))
     assert lesson03.shapes.check(with_sizes).passed
 
-    def as_lists(num_tokens, d_in, d_k, d_v):
-        return list(lesson03._solution_shapes(num_tokens, d_in, d_k, d_v))
+    def as_lists(*sizes):
+        return list(lesson03._solution_shapes(*sizes))
     feedback = lesson03.shapes.check(as_lists)
     assert not feedback and "tuple" in feedback.message
 
 
+def _shapes(q, k, v, s, a, z):
+    """A wrong answer built from size names: B, Tq, Tkv, d_in, d_k, d_v."""
+    def answer(b, tq, tkv, d_in, d_k, d_v):
+        sizes = {"B": b, "Tq": tq, "Tkv": tkv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
+        return tuple(tuple(sizes[n] for n in dims.split()) for dims in (q, k, v, s, a, z))
+    return answer
+
+
 @pytest.mark.parametrize("wrong, words", [
-    (lambda t, d_in, d_k, d_v: ((t, d_k), (t, d_k), (t, d_v), (d_k, d_k), (d_k, d_k), (t, d_v)), "pair of tokens"),
-    (lambda t, d_in, d_k, d_v: ((t, d_k), (t, d_k), (t, d_v), (t, t), (t, t), (t, d_k)), "width of the keys"),
-    (lambda t, d_in, d_k, d_v: ((t, d_k), (t, d_k), (t, d_k), (t, t), (t, t), (t, d_k)), "own width"),
-    (lambda t, d_in, d_k, d_v: ((d_in, d_k), (d_in, d_k), (d_in, d_v), (t, t), (t, t), (t, d_v)), "weight matrix"),
+    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tq", "B Tq Tq", "B Tq d_v"), "with each other"),
+    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tkv Tq", "B Tkv Tq", "B Tq d_v"), "transposed"),
+    (_shapes("B Tq d_k", "B Tq d_k", "B Tq d_v", "B Tq Tq", "B Tq Tq", "B Tq d_v"), "looked up"),
+    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tkv d_v"), "who receives"),
+    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_k"), "width of the keys"),
+    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_k", "B Tq Tkv", "B Tq Tkv", "B Tq d_k"), "own width"),
+    (_shapes("Tq d_k", "Tkv d_k", "Tkv d_v", "Tq Tkv", "Tq Tkv", "Tq d_v"), "batch dimension"),
+    (_shapes("d_in d_k", "d_in d_k", "d_in d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v"), "weight matrix"),
 ])
 def test_shapes_names_the_plausible_mistakes(wrong, words):
     feedback = lesson03.shapes.check(wrong)
-    assert not feedback and words in feedback.message
+    assert not feedback and words in feedback.message.lower(), feedback.message
 
 
-def test_shapes_catches_a_swap_that_only_shows_when_sizes_differ():
-    # Right on the first case only if d_k == d_v; the cases are chosen so that no pair of sizes coincides everywhere.
-    def keys_like_values(t, d_in, d_k, d_v):
-        return (t, d_k), (t, d_v), (t, d_v), (t, t), (t, t), (t, d_v)
-    assert not lesson03.shapes.check(keys_like_values)
+def test_shapes_catches_swaps_that_only_show_when_sizes_differ():
+    for wrong in (_shapes("B Tq d_k", "B Tkv d_v", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v"),
+                  _shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_in"),
+                  _shapes("Tq B d_k", "Tkv B d_k", "Tkv B d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v")):
+        assert not lesson03.shapes.check(wrong)
 
 
 def test_self_attention_rejects_a_loop_over_tokens_even_with_right_values():
@@ -152,3 +164,17 @@ def test_cross_attention_rejects_self_attention_in_disguise(wrong, words):
     feedback = lesson03.cross_attention.check(wrong)
     assert not feedback
     assert words in feedback.message or "values are not" in feedback.message, feedback.message
+
+
+def test_the_notebook_cell_holds_the_same_buggy_code():
+    """Exercise 3 gives the buggy code in an editable cell: it must be the bug the checker knows."""
+    import inspect
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[1] / "notebooks" / "03_trainable_qkv.ipynb").read_text())
+    cell = next("".join(c["source"]) for c in nb["cells"]
+                if c["cell_type"] == "code" and "lesson03.cross_attention.check(" in "".join(c["source"]))
+    body = [line.strip() for line in cell.splitlines()[1:] if line.startswith("    ") and "raise" not in line]
+    buggy = [line.strip() for line in inspect.getsource(lesson03.buggy_cross_attention).splitlines()[1:]]
+    assert body == buggy

@@ -35,8 +35,21 @@ def test_slider_shows_the_snapshot_of_its_step(run, task):
         assert f"after {step} steps" in view.heatmap.ax.get_title()
         assert list(view.step_line.get_xdata()) == [step, step]
         assert bytes(view.image.value) != first_png
-    view.controls["step"].value = 0
+    view.controls["step"].value = 45
     assert bytes(view.image.value) == first_png  # back to the start: the very same picture
+
+
+def test_explorer_opens_at_a_telling_step_with_a_visible_marker(run):
+    view = training_explorer(run)
+    assert view.controls["step"].value == 45                     # half-way: the stripe is forming
+    torch.testing.assert_close(torch.as_tensor(view.heatmap.image.get_array()), run.snapshots[run.steps.index(45)])
+    assert list(view.step_line.get_xdata()) == [45, 45]          # not hidden on the y-axis at step 0
+    labels = {line.get_label() for ax in view.fig.axes for line in ax.get_lines()}
+    assert {"step shown", "1.0 = all weight on target"} <= labels
+    weight_ax = [ax for ax in view.fig.axes if ax.get_ylabel() == "mean weight on the correct token"]
+    assert len(weight_ax) == 1 and weight_ax[0].get_ylim()[1] < 1.2  # the weight has its own 0..1 axis
+    with pytest.raises(ValueError, match="recorded steps"):
+        training_explorer(run, step=3)
 
 
 def test_the_numbers_the_lesson_prints_for_steps_30_and_60(run, task):

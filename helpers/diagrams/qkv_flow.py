@@ -12,6 +12,8 @@ from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 
 __all__ = ["qkv_flow_diagram"]
 
+_FONT = 13  # names 13 pt, shapes 11 pt: readable when the picture is shrunk to notebook width
+
 
 def _check_size(name: str, value, low: int = 1, high: int = 12) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
@@ -52,33 +54,34 @@ def qkv_flow_diagram(num_tokens: int = 6, d_in: int = 3, d_out: int = 2, d_v: in
 
     # X, in the middle band, feeds all three projections: self-attention's Q, K and V come from one sequence.
     x_top = band[1] + (row_height - n) / 2
-    _, x_mid_y = tensor_grid(ax, x_in, x_top, n, d_in, color=PALETTE["inputs"], name="X")
+    _, x_mid_y = tensor_grid(ax, x_in, x_top, n, d_in, color=PALETTE["inputs"], name="X", fontsize=_FONT)
     roles = [("q", "Q", d_out, PALETTE["queries"]), ("k", "K", d_out, PALETTE["keys"]),
              ("v", "V", d_v, PALETTE["values"])]
     centres = []
     for y, (role, out_name, width_out, color) in zip(band, roles):
         w_name = f"$W_{role}$"
         w_top = y + (row_height - d_in) / 2
-        _, w_mid = tensor_grid(ax, x_w, w_top, d_in, width_out, color=PALETTE["weight_matrix"], name=w_name)
+        _, w_mid = tensor_grid(ax, x_w, w_top, d_in, width_out, color=PALETTE["weight_matrix"], name=w_name,
+                                fontsize=_FONT)
         arrow(ax, (x_in + d_in + 0.1, x_mid_y), (x_w - 0.1, w_mid))
         out_top = y + (row_height - n) / 2
-        out_centre = tensor_grid(ax, x_qkv, out_top, n, width_out, color=color, name=out_name)
-        arrow(ax, (x_w + width_out + 0.1, w_mid), (x_qkv - 0.1, out_centre[1]), f"$X W_{role}$")
+        out_centre = tensor_grid(ax, x_qkv, out_top, n, width_out, color=color, name=out_name, fontsize=_FONT)
+        arrow(ax, (x_w + width_out + 0.1, w_mid), (x_qkv - 0.1, out_centre[1]), f"$X W_{role}$", fontsize=11)
         centres.append(out_centre)
     (q_x, q_y), (k_x, k_y), (v_x, v_y) = centres
 
     # S = Q K^T, A = softmax(S / sqrt(d_k)) row by row, Z = A V.
     s_top = (q_y + k_y) / 2 - n / 2
-    _, s_mid = tensor_grid(ax, x_s, s_top, n, n, color=PALETTE["scores"], name="S")
+    _, s_mid = tensor_grid(ax, x_s, s_top, n, n, color=PALETTE["scores"], name="S", fontsize=_FONT)
     arrow(ax, (x_qkv + d_out + 0.1, q_y), (x_s - 0.1, s_mid - 0.8))
     arrow(ax, (x_qkv + d_out + 0.1, k_y), (x_s - 0.1, s_mid + 0.8))
-    label(ax, x_s - 1.7, s_mid, "$Q K^\\top$", fontsize=10)
-    _, a_mid = tensor_grid(ax, x_a, s_top, n, n, color=PALETTE["weights"], name="A")
-    arrow(ax, (x_s + n + 0.1, s_mid), (x_a - 0.1, a_mid), "softmax$(S/\\sqrt{d_k})$", fontsize=9)
-    label(ax, (x_s + n + x_a) / 2, s_mid + 0.7, "row by row", fontsize=8, color="#525252")
+    label(ax, x_s - 1.7, s_mid, "$Q K^\\top$", fontsize=12)
+    _, a_mid = tensor_grid(ax, x_a, s_top, n, n, color=PALETTE["weights"], name="A", fontsize=_FONT)
+    arrow(ax, (x_s + n + 0.1, s_mid), (x_a - 0.1, a_mid), "softmax$(S/\\sqrt{d_k})$", fontsize=11)
+    label(ax, (x_s + n + x_a) / 2, s_mid + 0.7, "row by row", fontsize=10, color="#525252")
     z_top = (s_mid + v_y) / 2 - n / 2
-    _, z_mid = tensor_grid(ax, x_z, z_top, n, d_v, color=PALETTE["context"], name="Z")
+    _, z_mid = tensor_grid(ax, x_z, z_top, n, d_v, color=PALETTE["context"], name="Z", fontsize=_FONT)
     arrow(ax, (x_a + n + 0.1, a_mid + 0.8), (x_z - 0.1, z_mid - 0.5))
     arrow(ax, (x_qkv + d_v + 0.1, v_y), (x_z - 0.1, z_mid + 0.5))
-    label(ax, x_z - 1.4, z_mid - 1.6, "$A V$", fontsize=10)
+    label(ax, x_z - 1.4, z_mid - 1.6, "$A V$", fontsize=12)
     return fig

@@ -1,6 +1,7 @@
 """Exercises for notebook 03: trainable queries, keys and values.
 
-1. ``shapes``: predict the shape of every tensor of a self-attention layer (no code to copy from the lesson).
+1. ``shapes``: predict the shape of every tensor of cross-attention over a batch (the lesson prints only
+   self-attention on one sequence).
 2. ``self_attention``: the whole layer, for one sequence or a batch of sequences, without a loop and without a
    ready-made attention function.
 3. ``cross_attention``: spot the bug in a cross-attention function (queries from one sequence, keys and values
@@ -20,36 +21,40 @@ from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 __all__ = ["shapes", "self_attention", "cross_attention"]
 
 
-# --- 1. choose the shapes ---------------------------------------------------------------------------
-def _reference_shapes(num_tokens, d_in, d_k, d_v):
-    inputs = torch.zeros(num_tokens, d_in)
-    queries, keys = inputs @ torch.zeros(d_in, d_k), inputs @ torch.zeros(d_in, d_k)
-    values = inputs @ torch.zeros(d_in, d_v)
+# --- 1. choose the shapes: cross-attention over a batch ---------------------------------------------
+_NAMES = ("queries", "keys", "values", "attn_scores", "attn_weights", "context_vecs")
+
+
+def _reference_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v):
+    x_q, x_kv = torch.zeros(batch_size, num_queries, d_in), torch.zeros(batch_size, num_kv, d_in)
+    queries, keys = x_q @ torch.zeros(d_in, d_k), x_kv @ torch.zeros(d_in, d_k)
+    values = x_kv @ torch.zeros(d_in, d_v)
     context_vecs, attn_weights = scaled_dot_product_attention(queries, keys, values)
-    attn_scores = queries @ keys.T
+    attn_scores = queries @ keys.transpose(-2, -1)
     return tuple(tuple(t.shape) for t in (queries, keys, values, attn_scores, attn_weights, context_vecs))
 
 
 def _shape_cases(g: torch.Generator) -> list[Case]:
-    del g  # the sizes are chosen, not drawn
-    return [Case(f"num_tokens={t}, d_in={d_in}, d_k={d_k}, d_v={d_v}", (t, d_in, d_k, d_v))
-            for t, d_in, d_k, d_v in [(6, 3, 2, 4), (5, 8, 3, 3), (1, 4, 16, 2), (7, 2, 5, 9)]]
+    del g  # the sizes are chosen, not drawn: all six differ within a case, so no swap goes unnoticed
+    sizes = [(2, 4, 7, 3, 5, 6), (3, 6, 2, 8, 4, 9), (5, 1, 3, 2, 7, 4)]
+    return [Case(f"batch_size={b}, num_queries={tq}, num_kv={tkv}, d_in={d_in}, d_k={d_k}, d_v={d_v}",
+                 (b, tq, tkv, d_in, d_k, d_v)) for b, tq, tkv, d_in, d_k, d_v in sizes]
 
 
-def _solution_shapes(num_tokens, d_in, d_k, d_v):
-    queries = (num_tokens, d_k)             # one query per token
-    keys = (num_tokens, d_k)                # compared with the queries: same width
-    values = (num_tokens, d_v)              # only mixed, never compared: a width of their own
-    attn_scores = (num_tokens, num_tokens)  # one score per (query token, key token) pair
-    attn_weights = (num_tokens, num_tokens)  # softmax keeps the shape
-    context_vecs = (num_tokens, d_v)        # a weighted sum of values
+def _solution_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v):
+    queries = (batch_size, num_queries, d_k)           # one query per token of x_q
+    keys = (batch_size, num_kv, d_k)                   # one key per token of x_kv, as wide as a query
+    values = (batch_size, num_kv, d_v)                 # one value per token of x_kv, a width of its own
+    attn_scores = (batch_size, num_queries, num_kv)    # one score per (query token, key token) pair
+    attn_weights = (batch_size, num_queries, num_kv)   # softmax keeps the shape
+    context_vecs = (batch_size, num_queries, d_v)      # one mix of values per query token
     return queries, keys, values, attn_scores, attn_weights, context_vecs
 
 
 def _shapes_with(**changed):
-    def wrong(num_tokens, d_in, d_k, d_v):
-        right = dict(zip(("Q", "K", "V", "S", "A", "Z"), _solution_shapes(num_tokens, d_in, d_k, d_v)))
-        sizes = {"T": num_tokens, "d_in": d_in, "d_k": d_k, "d_v": d_v}
+    def wrong(batch_size, num_queries, num_kv, d_in, d_k, d_v):
+        right = dict(zip("QKVSAZ", _solution_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v)))
+        sizes = {"B": batch_size, "Tq": num_queries, "Tkv": num_kv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
         right.update({name: tuple(sizes[s] for s in dims) for name, dims in changed.items()})
         return tuple(right.values())
     return wrong
@@ -57,30 +62,47 @@ def _shapes_with(**changed):
 
 shapes = FunctionExercise(
     "Choose the shapes",
-    "write shapes(num_tokens, d_in, d_k, d_v) returning the shapes of (queries, keys, values, attn_scores, "
-    "attn_weights, context_vecs) of one self-attention layer, each as a tuple such as (6, 2). Queries and keys "
-    "have width d_k, values have width d_v.",
+    "write shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v) returning the shapes of (queries, keys, values, "
+    "attn_scores, attn_weights, context_vecs) of cross-attention over a batch: x_q (batch_size, num_queries, d_in) "
+    "asks, x_kv (batch_size, num_kv, d_in) is looked up. Each shape is a tuple such as (2, 4, 5).",
     reference=_reference_shapes,
     cases=_shape_cases,
-    hint=["Go through the diagram of the lesson from left to right: how many rows does each tensor have, and "
-          "what decides its number of columns?",
-          "A score compares one query token with one key token. How many such pairs are there?"],
+    hint=["Start from the one-sequence self-attention shapes of the lesson. Which of them count the tokens that "
+          "ask, and which count the tokens that are looked up?",
+          "A batch puts one more dimension in front of every tensor. A score compares one token that asks with "
+          "one token that is looked up."],
     solution=_solution_shapes,
     mistakes=[
-        Mistake(_shapes_with(S=("d_k", "d_k"), A=("d_k", "d_k")),
-                "your scores are (d_k, d_k). There is one score per pair of tokens (a query token and a key "
-                "token), whatever the width of the vectors compared."),
-        Mistake(_shapes_with(Z=("T", "d_k")),
+        Mistake(_shapes_with(S=("B", "Tq", "Tq"), A=("B", "Tq", "Tq")),
+                "your scores compare the queries with each other. Each score pairs a token that asks (x_q) with a "
+                "token that is looked up (x_kv)."),
+        Mistake(_shapes_with(S=("B", "Tkv", "Tkv"), A=("B", "Tkv", "Tkv")),
+                "your scores pair the tokens of x_kv with each other. Each row belongs to a token that asks."),
+        Mistake(_shapes_with(S=("B", "Tkv", "Tq"), A=("B", "Tkv", "Tq")),
+                "your scores are transposed: rows are the tokens that ask (queries), columns the tokens looked up."),
+        Mistake(_shapes_with(K=("B", "Tq", "d_k"), V=("B", "Tq", "d_v"), S=("B", "Tq", "Tq"), A=("B", "Tq", "Tq")),
+                "your keys and values have one row per token of x_q. They describe the tokens that are looked up."),
+        Mistake(_shapes_with(Z=("B", "Tkv", "d_v")),
+                "you have one context vector per token of x_kv. Who receives a context vector: the tokens that "
+                "ask or the tokens that are looked up?"),
+        Mistake(_shapes_with(S=("B", "d_k", "d_k"), A=("B", "d_k", "d_k")),
+                "your scores are (d_k, d_k) per sequence. There is one score per pair of tokens, whatever the width "
+                "of the vectors compared."),
+        Mistake(_shapes_with(Z=("B", "Tq", "d_k")),
                 "your context vectors have the width of the keys. A context vector is a weighted sum of value "
                 "vectors: which width do they have?"),
-        Mistake(_shapes_with(Z=("T", "d_in")),
+        Mistake(_shapes_with(Z=("B", "Tq", "d_in")),
                 "your context vectors have the width of the inputs. They are mixtures of the values, not of the "
                 "inputs."),
-        Mistake(_shapes_with(V=("T", "d_k"), Z=("T", "d_k")),
+        Mistake(_shapes_with(V=("B", "Tkv", "d_k"), Z=("B", "Tq", "d_k")),
                 "your values have the width of the keys. Values are never compared with anything, so W_value "
                 "may give them their own width, d_v."),
+        Mistake(_shapes_with(Q=("Tq", "d_k"), K=("Tkv", "d_k"), V=("Tkv", "d_v"), S=("Tq", "Tkv"),
+                             A=("Tq", "Tkv"), Z=("Tq", "d_v")),
+                "your shapes are those of one pair of sequences. With a batch, every tensor keeps the batch "
+                "dimension in front."),
         Mistake(_shapes_with(Q=("d_in", "d_k"), K=("d_in", "d_k"), V=("d_in", "d_v")),
-                "(d_in, d_k) is the shape of a weight matrix. Q, K and V hold one row per token."),
+                "(d_in, d_k) is the shape of a weight matrix. Q, K and V hold one row per token, per sequence."),
     ],
 )
 
@@ -134,8 +156,8 @@ self_attention = FunctionExercise(
     cases=_attention_cases,
     hint=["Try your function on one sequence first, then on torch.rand(2, 6, 3): which line stops working, "
           "and what shape does it produce?",
-          "A batch adds a dimension in front. Read the documentation of Tensor.T: what does it do to a tensor "
-          "with three dimensions? You want to swap only the two dimensions that belong to one sequence."],
+          "A batch adds a dimension in front. What does `.T` do to a tensor with three dimensions? Section 3 "
+          "of the lesson names the tool that swaps only the two dimensions of one sequence."],
     solution=_solution_self_attention,
     mistakes=[
         Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(wk.shape[1]),
