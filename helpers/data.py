@@ -1,7 +1,9 @@
 """The worked examples of the course: small sentences with hand-picked 3-d embeddings.
 
-The numbers are the ones the source documents use, so learners can compare
-with what they have read. Each function returns fresh tensors (safe to modify).
+"Hello shiny sun!" is a small made-up example (three tokens, numbers small enough to multiply by hand).
+"Your journey starts with one step" and its embeddings are the worked example of Sebastian Raschka,
+*Build a Large Language Model (From Scratch)*, Manning, 2024, chapter 3 (code: github.com/rasbt/LLMs-from-scratch),
+so a learner can set the lessons' numbers beside the book's. Each function returns fresh tensors (safe to modify).
 """
 
 from __future__ import annotations
@@ -10,14 +12,14 @@ import torch
 
 __all__ = ["HELLO_SHINY_SUN", "YOUR_JOURNEY", "hello_shiny_sun", "your_journey"]
 
-#: "Hello shiny sun!": three tokens with 3-d embeddings.
+#: "Hello shiny sun!": three tokens with made-up 3-d embeddings.
 HELLO_SHINY_SUN = {
     "Hello": (0.34, 0.22, 0.54),
     "shiny": (0.53, 0.34, 0.98),
     "sun!": (0.29, 0.54, 0.93),
 }
 
-#: "Your journey starts with one step": six tokens with 3-d embeddings.
+#: "Your journey starts with one step": six tokens with the 3-d embeddings of Raschka (2024), chapter 3.
 YOUR_JOURNEY = {
     "Your": (0.43, 0.15, 0.89),
     "journey": (0.55, 0.87, 0.66),

@@ -1,76 +1,97 @@
 """Notebook 01's exercises: stated instructions are checked, hints do not give the answer, right answers in any
-reasonable form pass."""
+reasonable form pass, and the plausible wrong ones are named."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
-from helpers.exercises import SpotTheBug, lesson01
+from helpers.exercises import FunctionExercise, SpotTheBug, lesson01
 
 
-def test_score_matrix_rejects_a_loop_even_when_its_values_are_right():
+def test_the_notebook_offers_a_write_exercise_and_a_spot_the_bug():
+    assert lesson01.__all__ == ["cosine_scores", "mixed_scores"]
+    assert isinstance(lesson01.cosine_scores, FunctionExercise)
+    assert not isinstance(lesson01.cosine_scores, SpotTheBug)
+    assert isinstance(lesson01.mixed_scores, SpotTheBug)
+
+
+def test_cosine_scores_rejects_a_loop_even_when_its_values_are_right():
     def with_loop(inputs):
-        scores = torch.empty(inputs.shape[0], inputs.shape[0])
+        unit = torch.empty_like(inputs)
         for i in range(inputs.shape[0]):
-            scores[i] = inputs @ inputs[i]
-        return scores
+            unit[i] = inputs[i] / inputs[i].norm()
+        return unit @ unit.T
 
     def with_comprehension(inputs):
-        return torch.stack([inputs @ row for row in inputs])
+        return torch.stack([F.cosine_similarity(inputs, row[None, :], dim=1) for row in inputs])
 
     for function in (with_loop, with_comprehension):
-        feedback = lesson01.score_matrix.check(function)
+        feedback = lesson01.cosine_scores.check(function)
         assert not feedback and "no Python loop" in feedback.message
 
 
-def test_score_matrix_accepts_other_ways_to_write_the_product():
-    assert lesson01.score_matrix.check(lambda x: torch.matmul(x, x.transpose(0, 1))).passed
-    assert lesson01.score_matrix.check(lambda x: torch.einsum("id,jd->ij", x, x)).passed
+def test_cosine_scores_accepts_other_right_forms():
+    def divide_the_scores(inputs):
+        lengths = inputs.norm(dim=-1)
+        return (inputs @ inputs.T) / torch.outer(lengths, lengths)
+
+    def library(inputs):
+        return F.cosine_similarity(inputs[:, None, :], inputs[None, :, :], dim=-1)
+
+    def normalize(inputs):
+        unit = F.normalize(inputs, dim=1)
+        return unit @ unit.T
+
+    for function in (divide_the_scores, library, normalize):
+        assert lesson01.cosine_scores.check(function).passed, function.__name__
+
+
+def test_cosine_scores_rejects_the_raw_scores_and_a_wrong_normalisation():
+    def norm_not_squared_rooted(inputs):  # divides by the sum of the components instead of the length
+        unit = inputs / inputs.sum(dim=1, keepdim=True)
+        return unit @ unit.T
+
+    for wrong in (lambda x: x @ x.T, norm_not_squared_rooted, lambda x: x @ x.T / x.norm() ** 2):
+        assert lesson01.cosine_scores.check(wrong).status == "wrong"
+
+
+def test_mixed_scores_accepts_other_right_forms():
+    assert lesson01.mixed_scores.check(lambda s, a: a @ (a @ s).T).passed  # S is symmetric: (A S)ᵀ = S Aᵀ
+    assert lesson01.mixed_scores.check(lambda s, a: torch.einsum("ik,kl,jl->ij", a, s, a)).passed
+
+
+def test_mixed_scores_names_the_plausible_wrong_answers():
+    for wrong in (lambda s, a: a @ s, lambda s, a: s @ a.T, lambda s, a: a @ s @ a, lambda s, a: a.T @ s @ a,
+                  lambda s, a: a @ a.T, lambda s, a: s):
+        assert lesson01.mixed_scores.check(wrong).status == "wrong"
+
+
+def test_the_statements_do_not_give_the_answers_away():
+    task = lesson01.mixed_scores.task
+    for answer in ("wrong matrix", "Aᵀ", "A S A", "attn_weights.T", "transpose"):
+        assert answer not in task, answer
 
 
 def test_hints_are_nudges_not_answers(capsys):
-    for exercise in (lesson01.score_matrix, lesson01.stretched_scores, lesson01.mixed_scores):
+    for exercise in (lesson01.cosine_scores, lesson01.mixed_scores):
         for _ in range(3):
             exercise.hint()
     shown = capsys.readouterr().out
-    for answer in ("inputs @ inputs.T", "inputs.T", "X Xᵀ", "transposed", "mixed @ mixed", "factor ** 2",
-                   "factor squared", "[token_index, :]"):
+    for answer in ("dim=1", "dim=-1", "norm(dim=1", "@ unit.T", "A S Aᵀ", "attn_weights.T", "A X Xᵀ Aᵀ",
+                   "@ attn_weights"):
         assert answer not in shown, answer
 
 
-def test_stretched_scores_is_a_prediction_exercise_not_a_spot_the_bug():
-    assert not isinstance(lesson01.stretched_scores, SpotTheBug)
-
-
-def test_stretched_scores_accepts_an_outer_product_form():
-    def outer(attn_scores, token_index, factor):
-        scale = torch.ones(attn_scores.shape[0])
-        scale[token_index] = factor
-        return torch.outer(scale, scale) * attn_scores
-
-    assert lesson01.stretched_scores.check(outer).passed
-
-
-def test_stretched_scores_names_the_plausible_wrong_predictions():
-    def only_column(s, i, c):
-        out = s.clone()
-        out[:, i] *= c
-        return out
-
-    def only_diagonal_squared(s, i, c):
-        out = s.clone()
-        out[i, i] *= c * c
-        return out
-
-    for wrong in (only_column, only_diagonal_squared):
-        feedback = lesson01.stretched_scores.check(wrong)
-        assert feedback.status == "wrong", wrong.__name__
-
-
-def test_stretched_scores_does_not_change_its_input_for_the_next_case():
-    def in_place(attn_scores, token_index, factor):
-        attn_scores[token_index, :] *= factor
-        attn_scores[:, token_index] *= factor
+def test_checking_does_not_change_the_learners_inputs_for_the_next_case():
+    def in_place(attn_scores, attn_weights):
+        attn_scores.copy_(attn_weights @ attn_scores @ attn_weights.T)
         return attn_scores
 
-    assert lesson01.stretched_scores.check(in_place).passed
+    assert lesson01.mixed_scores.check(in_place).passed
+
+
+def test_the_score_matrix_example_of_the_exercise_core_still_works():
+    # Not offered by the notebook (it computes X Xᵀ in front of the learner); tests/test_exercises.py uses it.
+    assert "score_matrix" not in lesson01.__all__
+    assert lesson01.score_matrix.check(lambda x: x @ x.T).passed

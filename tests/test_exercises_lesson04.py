@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
+import inspect
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import helpers
 from helpers.exercises import SpotTheBug, lesson04
@@ -58,71 +57,98 @@ def test_causal_mask_swapped_axes_are_named():
     assert "swapped" in feedback.message
 
 
-# --- 2. causal attention for a batch ---------------------------------------------------------------------
-def _by_hand(queries, keys, values):
-    num_tokens = queries.shape[-2]
-    hidden = torch.arange(num_tokens)[None, :] > torch.arange(num_tokens)[:, None]
-    scores = (queries @ keys.mT).masked_fill(hidden, -torch.inf) / math.sqrt(keys.shape[-1])
-    weights = F.softmax(scores, dim=2)
-    return weights @ values, weights
+# --- 2. who influences whom: causality from the outputs alone -----------------------------------------------
+def _by_perturbation(attention, inputs, compare="exact", disturb=lambda token: token * 2.0 + 1.0):
+    num_tokens = inputs.shape[1]
+    before = attention(inputs)
+    columns = []
+    for j in range(num_tokens):
+        changed = inputs.clone()
+        changed[:, j] = disturb(changed[:, j])
+        after = attention(changed)
+        moved = (after != before) if compare == "exact" else ~torch.isclose(after, before, atol=1e-6)
+        columns.append(moved.any(dim=2).any(dim=0))        # (T,)
+    return torch.stack(columns, dim=1)                     # (T, T): column j = the outputs that token j moves
 
 
-@pytest.mark.parametrize("answer", [lesson04.causal_attention._solution, _by_hand])
-def test_causal_attention_accepts_right_answers(answer):
-    feedback = lesson04.causal_attention.check(answer)
+def _by_jacobian(attention, inputs):
+    jacobian = torch.autograd.functional.jacobian(attention, inputs)   # (B, T, d_out, B, T, d_in)
+    return (jacobian != 0).any(dim=5).any(dim=3).any(dim=2).any(dim=0)
+
+
+def _by_prefixes_and_suffixes(attention, inputs):
+    """Another right answer: replace token j by a random vector, compare with a tolerance, batch element 0 only."""
+    generator = torch.Generator().manual_seed(1)
+    return _by_perturbation(attention, inputs[:1], compare="close",
+                            disturb=lambda token: torch.randn(token.shape, generator=generator))
+
+
+@pytest.mark.parametrize("answer", [lesson04.influence._solution, _by_perturbation, _by_jacobian,
+                                    _by_prefixes_and_suffixes])
+def test_influence_accepts_every_right_experiment(answer):
+    feedback = lesson04.influence.check(answer)
     assert feedback, feedback.message
 
 
-def test_causal_attention_rejects_the_fused_functions():
-    def fused(queries, keys, values):
-        context_vecs = F.scaled_dot_product_attention(queries, keys, values, is_causal=True)
-        return context_vecs, _by_hand(queries, keys, values)[1]
-
-    def course(queries, keys, values):
-        return helpers.scaled_dot_product_attention(queries, keys, values,
-                                                    mask=helpers.causal_mask(queries.shape[-2]))
-    for answer, name in ((fused, "scaled_dot_product_attention"), (course, "scaled_dot_product_attention")):
-        feedback = lesson04.causal_attention.check(answer)
-        assert not feedback and name in feedback.message and "values are right" in feedback.message
+def test_influence_cases_cover_a_causal_layer_and_three_kinds_of_leak():
+    cases = lesson04.influence.cases(torch.Generator().manual_seed(0))
+    patterns = [lesson04.influence.reference(*case.args) for case in cases]
+    future = [p & helpers.causal_mask(p.shape[0]) for p in patterns]
+    assert not future[0].any() and not future[-1].any()                      # the causal layer
+    assert sum(bool(f.any()) for f in future) == 3                            # three layers that leak
+    assert patterns[-1].shape == (1, 1)                                       # and a single token
 
 
-def test_causal_attention_rejects_a_loop_over_the_batch():
-    def per_sequence(queries, keys, values):
-        pairs = [_by_hand(q, k, v) for q, k, v in zip(queries, keys, values)]
-        return torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
-    feedback = lesson04.causal_attention.check(per_sequence)
-    assert not feedback and ("loop" in feedback.message or "comprehension" in feedback.message)
+def test_influence_reference_is_what_the_layers_do():
+    """The known patterns agree with an experiment on every case (so the reference is not just asserted)."""
+    for case in lesson04.influence.cases(torch.Generator().manual_seed(0)):
+        torch.testing.assert_close(_by_jacobian(*case.args), lesson04.influence.reference(*case.args))
 
 
-def test_causal_attention_list_instead_of_tuple_gets_a_precise_message():
-    feedback = lesson04.causal_attention.check(lambda q, k, v: list(_by_hand(q, k, v)))
-    assert not feedback and "tuple" in feedback.message
+def test_influence_checking_does_not_move_the_learners_random_stream():
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    lesson04.influence.check(lesson04.influence._solution)
+    torch.testing.assert_close(torch.rand(3), expected)
 
 
-@pytest.mark.parametrize("scale_by", ["d_v", "none"])
-def test_causal_attention_wrong_scale_is_named(scale_by):
-    def answer(queries, keys, values):
-        width = values.shape[-1] if scale_by == "d_v" else 1.0
-        return _by_hand(queries * math.sqrt(keys.shape[-1]) / math.sqrt(width), keys, values)
-    feedback = lesson04.causal_attention.check(answer)
-    assert not feedback and "sqrt" in feedback.message
+@pytest.mark.parametrize("wrong, words", [
+    (lambda attention, inputs: _by_perturbation(attention, inputs).T, "swapped"),
+    (lambda attention, inputs: _by_perturbation(attention, inputs) & helpers.causal_mask(inputs.shape[1]),
+     "whole matrix"),
+    (lambda attention, inputs: torch.ones(inputs.shape[1], inputs.shape[1], dtype=torch.bool), "values are not"),
+    (lambda attention, inputs: ~helpers.causal_mask(inputs.shape[1]), "values are not"),   # assumes causality
+    (lambda attention, inputs: _by_perturbation(attention, inputs).int(), "dtype"),
+    (lambda attention, inputs: list(_by_perturbation(attention, inputs)), "tensor"),
+])
+def test_influence_rejects_plausible_wrong_answers(wrong, words):
+    feedback = lesson04.influence.check(wrong)
+    assert not feedback and words in feedback.message, feedback.message
 
 
 # --- 3. spot the bug: a score of 0 is not hidden -----------------------------------------------------------
-def test_zero_fill_is_a_spot_the_bug_and_its_bug_is_named():
-    exercise = lesson04.zero_fill
+def test_hidden_yet_weighted_is_a_spot_the_bug_and_its_bug_is_named():
+    exercise = lesson04.hidden_yet_weighted
     assert isinstance(exercise, SpotTheBug)
     feedback = exercise.check(exercise.buggy)
     assert not feedback and "exp(0) = 1" in feedback.message
 
 
+def test_hidden_yet_weighted_buggy_code_builds_its_mask_where_the_scores_are():
+    source = inspect.getsource(lesson04.hidden_yet_weighted.buggy)
+    assert "device=attn_scores.device" in source
+    scores = torch.randn(4, 4, device="meta")
+    assert lesson04.hidden_yet_weighted.buggy(scores).device.type == "meta"   # no CPU-only tensor inside
+
+
 @pytest.mark.parametrize("answer", [
-    lesson04.zero_fill._solution,
+    lesson04.hidden_yet_weighted._solution,
     lambda s: torch.softmax(s.masked_fill(helpers.causal_mask(s.shape[-1]), -1e9), dim=-1),
     lambda s: helpers.mask_by_renormalising(torch.softmax(s, dim=-1)),
 ])
-def test_zero_fill_accepts_every_right_fix(answer):
-    feedback = lesson04.zero_fill.check(answer)
+def test_hidden_yet_weighted_accepts_every_right_fix(answer):
+    feedback = lesson04.hidden_yet_weighted.check(answer)
     assert feedback, feedback.message
 
 
@@ -137,8 +163,8 @@ def test_placeholder_is_not_done_and_hides_the_hint(name):
 @pytest.mark.parametrize("name", lesson04.__all__)
 def test_hints_do_not_give_the_answer(name):
     for hint in getattr(lesson04, name)._hints:
-        for answer in ("diagonal=1", "triu(", "tril(", "-inf", "float('-inf')", "transpose(1, 2)", "> positions",
-                       "[None, :] >", "sqrt(d_k)"):
+        for answer in ("diagonal=1", "triu(", "tril(", "-inf", "float('-inf')", "> positions", "[None, :] >",
+                       "clone()", "+= ", "[:, j]", "jacobian"):
             assert answer not in hint, f"{name}: hint gives away {answer!r}"
 
 

@@ -52,6 +52,23 @@ def test_explorer_starts_on_journey_and_follows_its_controls(journey):
     assert bytes(explorer.image.value) == first, "back at the start, the picture is the first one again"
 
 
+def test_explorer_can_open_in_the_state_a_question_asks_about(journey):
+    tokens, inputs = journey
+    step = tokens.index("step")
+    explorer = score_explorer(inputs, tokens, query="step", stretch="step", factor=3.0)
+    assert repr(explorer) == "LiveFigure(query='step', stretch_token='step', factor=3.0)"
+    drawn = torch.as_tensor(np.asarray(explorer.score_map.image.get_array()))
+    torch.testing.assert_close(drawn, stretched_scores(inputs, step, 3.0))
+    heights = [bar.get_height() for bar in explorer.query_bars.bars]
+    assert heights == pytest.approx(drawn[step].tolist())
+    # The stored picture is this state, not the default one.
+    assert explorer.initial_png != score_explorer(inputs, tokens).initial_png
+    # Room to move the slider both ways from there (a browser test presses ArrowRight on it).
+    assert explorer.controls["factor"].min < 3.0 < explorer.controls["factor"].max
+    with pytest.raises(ValueError, match="factor"):
+        score_explorer(inputs, tokens, factor=5.0)
+
+
 def test_explorer_stretch_token_control(journey):
     tokens, inputs = journey
     explorer = score_explorer(inputs, tokens)
@@ -79,7 +96,7 @@ def test_retrieval_diagram_is_sized_by_its_arguments(num_tokens, d_k, d_v):
     tokens = [f"t{i}" for i in range(num_tokens)]
     full = retrieval_diagram(tokens, 0, d_k=d_k, d_v=d_v)
     short = retrieval_diagram(tokens, 0, d_k=d_k, d_v=d_v, upto="scores")
-    cells = lambda fig: sum(1 for p in fig.axes[0].patches if type(p).__name__ == "Rectangle")
+    cells = lambda fig: sum(1 for p in fig.axes[0].patches if type(p).__name__ == "Rectangle" and p.get_fill())
     assert cells(short) == d_k + num_tokens * d_k + num_tokens  # query, keys, scores
     assert cells(full) == cells(short) + num_tokens + num_tokens * d_v + d_v  # weights, values, context
     assert full.get_figwidth() <= 12 and short.get_figwidth() < full.get_figwidth()
@@ -97,3 +114,25 @@ def test_retrieval_diagram_writes_the_numbers_and_checks_its_input(journey):
         retrieval_diagram(tokens, 1, scores=scores[:3])
     with pytest.raises(ValueError, match="upto"):
         retrieval_diagram(tokens, 1, upto="values")
+    with pytest.raises(ValueError, match="inputs"):
+        retrieval_diagram(tokens, 1, inputs=inputs[:4])
+    with pytest.raises(ValueError, match="built"):
+        retrieval_diagram(tokens, 1, built="weights")
+
+
+def test_retrieval_diagram_of_notebook_01_shows_the_vectors_and_frames_the_scores(journey):
+    tokens, inputs = journey
+    fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], built="scores")
+    ax = fig.axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert texts.count("0.55") >= 2 and "0.87" in texts   # x_1 = [0.55, 0.87, 0.66] as the query and as key 1
+    assert "1.50" in texts and any("built in this notebook" in t for t in texts)
+    assert "$(T, d_k) = (6, 3)$" in texts                 # d_k taken from the inputs
+    # The key of the query token itself is outlined, and the small texts stay readable (>= 9 pt).
+    keys = [p for p in ax.patches if type(p).__name__ == "Rectangle" and p.get_fill()][3:3 + 18]  # after the query
+    outlined = [p for p in ax.patches if type(p).__name__ == "Rectangle" and not p.get_fill()
+                and p.get_height() == 1]
+    assert len(outlined) == 1 and outlined[0].get_y() == pytest.approx(keys[3].get_y())  # key row 1 ("journey")
+    assert outlined[0].get_x() == pytest.approx(keys[0].get_x()) and outlined[0].get_width() == 3
+    assert min(t.get_fontsize() for t in ax.texts) >= 9
+    assert fig.get_figwidth() <= 12

@@ -102,8 +102,12 @@ def test_mask_then_softmax_diagram_is_sized_by_num_tokens(num_tokens):
     hidden = num_tokens * (num_tokens - 1) // 2
     grey = [p for p in cells if to_hex(p.get_facecolor()) == PALETTE["mask"]]
     assert len(grey) == 2 * hidden                                # in M and in the masked S
-    texts = [t.get_text() for t in ax.texts]
-    assert texts.count("−∞") == hidden and texts.count("0") == hidden
+    cell_texts = [t.get_text() for t in ax.texts if to_hex(t.get_color()) == "#000000"]
+    assert cell_texts.count("−∞") == hidden and cell_texts.count("0") == hidden
+    numbers = [t.get_text() for t in ax.texts if to_hex(t.get_color()) == "#525252" and t.get_text().isdigit()]
+    assert numbers == [str(j) for j in range(num_tokens)] * 4 + [str(i) for i in range(num_tokens)]  # keys, queries
+    names = " ".join(t.get_text() for t in ax.texts)
+    assert "S = QK^\\top" in names and "\\sqrt{d_k}" in names     # S unscaled, the scaling on the softmax arrow
     assert ax.figure.get_figwidth() <= 12.0
 
 
@@ -117,3 +121,46 @@ def test_draw_mask_uses_two_colours_and_a_legend_not_a_colour_bar():
     assert ax.images[0].get_array().tolist() == causal_mask(4).int().tolist()
     with pytest.raises(TypeError, match="bool"):
         plot_mask(causal_mask(4).float(), TOKENS[:4], TOKENS[:4])
+
+
+def test_draw_mask_gives_padding_its_own_shade():
+    from matplotlib.colors import to_hex
+
+    from helpers.diagrams.masking import HIDDEN, PADDING, VISIBLE, draw_mask
+    from helpers.plotting import new_figure
+
+    padding = torch.tensor([False, False, False, True, True, True])
+    mask = causal_mask(6) | padding[None, :]
+    ax = new_figure().axes[0]
+    draw_mask(ax, mask, TOKENS, TOKENS, padding=padding)
+    codes = torch.tensor(ax.images[0].get_array().tolist())
+    assert codes[:, 3:].eq(2).all() and codes[:, :3].eq(causal_mask(6)[:, :3].int()).all()
+    assert [to_hex(c) for c in ax.images[0].get_cmap().colors] == [VISIBLE, HIDDEN, PADDING]
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["hidden: future key", "hidden: padding key",
+                                                                    "visible"]
+    with pytest.raises(TypeError, match="padding"):
+        draw_mask(ax, mask, TOKENS, TOKENS, padding=padding[:4])
+
+
+def test_explorer_can_start_with_the_mask_off(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=2, causal="off")
+    assert repr(explorer) == "LiveFigure(causal='off', query=2)"
+    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), unmasked)
+    assert explorer.future_label.get_text() == f"future: seen, {future_weight(unmasked, 2):.2f} of the weight"
+    with pytest.raises(ValueError, match="causal must be"):
+        causal_explorer(unmasked, causal, TOKENS, causal="yes")
+
+
+def test_side_by_side_pictures_use_the_fixed_zero_to_one_scale(weights):
+    from helpers.live.lesson04 import mask_and_weights, weights_side_by_side
+
+    unmasked, causal = weights
+    fig = weights_side_by_side(unmasked, causal, TOKENS, titles=("before", "after"))
+    heat = [ax for ax in fig.axes if ax.images and ax.get_title()]
+    assert [ax.get_title() for ax in heat] == ["before", "after"]
+    assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in heat)
+    padding = torch.tensor([False] * 4 + [True] * 2)
+    fig = mask_and_weights(causal_mask(6) | padding, causal, TOKENS, padding=padding, titles=("M", "A"))
+    assert [ax.get_title() for ax in fig.axes[:2]] == ["M", "A"]
+    assert fig.axes[1].images[0].get_clim() == (0.0, 1.0)

@@ -1,10 +1,11 @@
-"""Pictures of masks: the "mask, then softmax" schematic, and a mask drawn as two colours with a legend.
+"""Pictures of masks: the "mask, then softmax" schematic, and a mask drawn as two (or three) colours with a legend.
 
 * :func:`mask_then_softmax_diagram` draws the data flow of causal masking for ``num_tokens`` tokens: the scores
-  ``S``, the mask ``M`` (hidden cells grey), ``S`` with ``-inf`` where ``M`` hides, and the weights ``A`` after a
-  softmax row by row (zeros above the diagonal).
-* :func:`plot_mask` draws a real bool mask ``(rows, cols)`` (``True`` = hidden) with token labels: grey for hidden,
-  white for visible, and a legend instead of a colour bar, since a mask has two values, not a scale.
+  ``S`` and the mask ``M`` (hidden cells grey) go into ``masked_fill``, which writes ``-inf`` where ``M`` hides; a
+  softmax of the scaled scores ``S / sqrt(d_k)``, row by row, gives the weights ``A`` (zeros above the diagonal).
+* :func:`plot_mask` / :func:`draw_mask` draw a real bool mask ``(rows, cols)`` (``True`` = hidden) with token labels:
+  grey for hidden, white for visible, and a legend instead of a colour bar, since a mask has two values, not a
+  scale. Given ``padding``, the cells hidden because their key is padding get a darker shade of their own.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ __all__ = ["mask_then_softmax_diagram", "draw_mask", "plot_mask"]
 
 VISIBLE = "#ffffff"  # a score the query may use
 HIDDEN = PALETTE["mask"]  # a score the mask hides
+PADDING = "#4d4d4d"  # a score hidden because its key is padding (darker, so the two reasons stay apart)
 
 
 def _future(num_tokens: int) -> list[tuple[int, int]]:
@@ -31,54 +33,82 @@ def _future(num_tokens: int) -> list[tuple[int, int]]:
 
 
 def mask_then_softmax_diagram(num_tokens: int = 6) -> CourseFigure:
-    """The four steps of causal masking for ``num_tokens`` tokens, left to right.
+    """Causal masking for ``num_tokens`` tokens, left to right: two operations on four ``(T, T)`` matrices.
 
-    ``S`` (T, T) and the mask ``M`` (T, T) go into ``masked_fill``, which writes ``-inf`` where ``M`` is True;
-    the softmax, row by row, turns each ``-inf`` into a weight of exactly 0, so ``A`` is zero above the diagonal.
+    The scores ``S`` and the mask ``M`` go into ``masked_fill``, which writes ``-inf`` where ``M`` is True; the
+    softmax of ``S / sqrt(d_k)``, row by row, turns each ``-inf`` into a weight of exactly 0, so ``A`` is zero
+    above the diagonal. Rows are queries ``i``, columns keys ``j``, both numbered from 0.
     """
     if isinstance(num_tokens, bool) or not isinstance(num_tokens, int) or not 1 <= num_tokens <= 12:
         raise ValueError(f"num_tokens must be an int from 1 to 12 (one cell per token pair), got {num_tokens!r}")
     t = num_tokens
-    gap = 4.2                     # room for an arrow and its text between two grids
-    top = 2.2                     # room for the grid names
-    left = 3.0                    # room for the row labels "query 0" ... left of S
-    width = left + 4 * t + 3 * gap + 1.6  # and room on the right for the note under A
-    fig, ax = diagram_canvas(width, t + top + 2.4)
+    gap = 4.6                     # room for an arrow and its text between two grids
+    top = 2.5                     # room for the grid names and the key numbers
+    left = 2.6                    # room for the row numbers and "query i" left of S
+    width = left + 4 * t + 3 * gap + 0.6
+    fig, ax = diagram_canvas(width, t + top + 2.7)
     future = _future(t)
     blank = [["" for _ in range(t)] for _ in range(t)]
     minus_inf = [["−∞" if j > i else "" for j in range(t)] for i in range(t)]
     zeros = [["0" if j > i else "" for j in range(t)] for i in range(t)]
     xs = [left + k * (t + gap) for k in range(4)]
+    size = 12  # names 12 pt, cell text 9.6 pt, shapes 10.2 pt: readable when the figure is scaled to 12 in
 
-    tensor_grid(ax, xs[0], top, t, t, color=PALETTE["scores"], name="scores $S$", values=blank)
-    tensor_grid(ax, xs[1], top, t, t, color=VISIBLE, name="mask $M$ (True = hide)", hidden=future)
-    tensor_grid(ax, xs[2], top, t, t, color=PALETTE["scores"], name="$S$ with $-\\infty$ where $M$",
-                hidden=future, values=minus_inf)
-    tensor_grid(ax, xs[3], top, t, t, color=PALETTE["weights"], name="weights $A$", values=zeros)
+    grids = [("scores $S = QK^\\top$", PALETTE["scores"], (), blank),
+             ("mask $M$ (True = hide)", VISIBLE, future, None),
+             ("$S$, with $-\\infty$ where $M$", PALETTE["scores"], future, minus_inf),
+             ("weights $A$", PALETTE["weights"], (), zeros)]
+    for x, (name, colour, hidden, values) in zip(xs, grids):
+        tensor_grid(ax, x, top, t, t, color=colour, hidden=hidden, values=values, fontsize=size)
+        label(ax, x + t / 2, top - 0.95, name, fontsize=size, fontweight="bold", va="bottom")
+
+    # Keys are columns, queries rows: number them on every grid, as the code counts (from 0).
+    for x in xs:
+        for j in range(t):
+            label(ax, x + j + 0.5, top - 0.35, str(j), fontsize=9, color="#525252")
+    for i in range(t):
+        label(ax, xs[0] - 0.35, top + i + 0.5, str(i), fontsize=9, color="#525252", ha="right")
+    label(ax, xs[0] - 1.5, top + t / 2, "query $i$", fontsize=11, rotation=90)
+    label(ax, xs[0] + t / 2, top + t + 1.45, "key $j$ →", fontsize=11)
 
     middle = top + t / 2
-    label(ax, xs[0] + t + gap / 2, middle, "and", fontsize=11)
-    arrow(ax, (xs[1] + t + 0.3, middle), (xs[2] - 0.3, middle), "masked_fill\n(M, −∞)")
-    arrow(ax, (xs[2] + t + 0.3, middle), (xs[3] - 0.3, middle), "softmax\nrow by row")
-    # What the rows mean, under the first and the last grid.
-    label(ax, xs[0] - 0.35, top + 0.5, "query 0", fontsize=8, ha="right")
-    label(ax, xs[0] - 0.35, top + t - 0.5, f"query {t - 1}", fontsize=8, ha="right")
-    label(ax, xs[3] + t / 2, top + t + 1.3, "each row sums to 1;\n0 above the diagonal", fontsize=9)
-    label(ax, xs[1] + t / 2, top + t + 1.3, "grey: query $i$ may not\nsee key $j > i$", fontsize=9)
+    label(ax, xs[0] + t + gap / 2, middle, "and", fontsize=12)
+    arrow(ax, (xs[1] + t + 0.3, middle), (xs[2] - 0.3, middle), "masked_fill\n(M, −∞)", fontsize=11)
+    arrow(ax, (xs[2] + t + 0.3, middle), (xs[3] - 0.3, middle), "softmax of\n$S/\\sqrt{d_k}$,\nrow by row",
+          fontsize=11)
+    label(ax, xs[1] + t / 2, top + t + 1.7, "grey: query $i$ may not\nsee key $j > i$", fontsize=11)
+    label(ax, xs[3] + t / 2, top + t + 1.7, "each row sums to 1;\n0 above the diagonal", fontsize=11)
     return fig
 
 
 def draw_mask(ax: Axes, mask: torch.Tensor, row_labels: Sequence[str], col_labels: Sequence[str], *,
               title: str = "", xlabel: str = "key token", ylabel: str = "query token",
-              legend: bool = True) -> None:
-    """Draw a bool ``mask`` (rows, cols), ``True`` = hidden, on ``ax``: two colours and a legend below."""
+              legend: bool = True, padding: torch.Tensor | None = None) -> None:
+    """Draw a bool ``mask`` (rows, cols), ``True`` = hidden, on ``ax``: two colours and a legend.
+
+    ``padding``: optional bool ``(cols,)``, True where the key is a padding token. Hidden cells in those columns
+    get a darker shade and their own legend entry ("hidden: padding key"); the other hidden cells are labelled
+    "hidden: future key".
+    """
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.dim() != 2:
         raise TypeError(f"mask must be a 2-d bool tensor (True = hidden), got {getattr(mask, 'dtype', type(mask))}")
     rows, cols = mask.shape
     if len(row_labels) != rows or len(col_labels) != cols:
         raise ValueError(f"row_labels/col_labels must have {rows}/{cols} entries, got "
                          f"{len(row_labels)}/{len(col_labels)}")
-    ax.imshow(mask.detach().cpu().int().numpy(), cmap=ListedColormap([VISIBLE, HIDDEN]), vmin=0, vmax=1,
+    codes = mask.detach().cpu().int()  # 0 visible, 1 hidden
+    colours = [VISIBLE, HIDDEN]
+    handles = [Patch(facecolor=HIDDEN, edgecolor="#525252", label="hidden (True)"),
+               Patch(facecolor=VISIBLE, edgecolor="#525252", label="visible (False)")]
+    if padding is not None:
+        if not isinstance(padding, torch.Tensor) or padding.dtype != torch.bool or tuple(padding.shape) != (cols,):
+            raise TypeError(f"padding must be a bool tensor of shape ({cols},), True where the key is padding")
+        codes = codes + (mask.detach().cpu() & padding.detach().cpu()[None, :]).int()  # 2 = hidden, padding key
+        colours.append(PADDING)
+        handles = [Patch(facecolor=HIDDEN, edgecolor="#525252", label="hidden: future key"),
+                   Patch(facecolor=PADDING, edgecolor="#525252", label="hidden: padding key"),
+                   Patch(facecolor=VISIBLE, edgecolor="#525252", label="visible")]
+    ax.imshow(codes.numpy(), cmap=ListedColormap(colours), vmin=0, vmax=len(colours) - 1,
               aspect="auto", interpolation="nearest")
     for i in range(rows):  # thin cell borders, so white cells are visible on a white page
         for j in range(cols):
@@ -89,9 +119,7 @@ def draw_mask(ax: Axes, mask: torch.Tensor, row_labels: Sequence[str], col_label
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     if legend:
-        ax.legend(handles=[Patch(facecolor=HIDDEN, edgecolor="#525252", label="hidden (True)"),
-                           Patch(facecolor=VISIBLE, edgecolor="#525252", label="visible (False)")],
-                  loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
+        ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False, fontsize=9)
 
 
 def plot_mask(mask: torch.Tensor, row_labels: Sequence[str], col_labels: Sequence[str], *, title: str = "",

@@ -1,7 +1,7 @@
 """Attention as a soft look-up: one query compared with every key, the scores made into weights, the values mixed.
 
 :func:`retrieval_diagram` draws the data flow for one query token, with the sizes (number of tokens, widths of keys
-and values) taken from its arguments and, if given, the real scores and weights written into their cells.
+and values) taken from its arguments and, if given, the real numbers written into their cells.
 """
 
 from __future__ import annotations
@@ -9,11 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from matplotlib.patches import Rectangle
 
 from ..plotting import CourseFigure
 from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 
 __all__ = ["retrieval_diagram"]
+
+FONT = 12            # names of the tensors; shape texts and cell numbers are drawn a little smaller
+HIGHLIGHT = "#d62728"  # the key of the query token itself
 
 
 def _column(values: torch.Tensor | None, rows: int) -> list[list[str]] | None:
@@ -25,17 +29,25 @@ def _column(values: torch.Tensor | None, rows: int) -> list[list[str]] | None:
     return [[f"{float(v):.2f}"] for v in values]
 
 
-def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int = 3, d_v: int = 3,
-                      scores=None, weights=None, upto: str = "context") -> CourseFigure:
+def _cells(matrix: torch.Tensor) -> list[list[str]]:
+    return [[f"{float(v):.2f}" for v in row] for row in matrix]
+
+
+def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | None = None, d_v: int | None = None,
+                      scores=None, weights=None, inputs=None, upto: str = "context",
+                      built: str | None = None) -> CourseFigure:
     """The look-up for query token ``query_index``: ``q_i`` against keys ``K``, scores ``s_i``, weights ``a_i``,
     values ``V`` and the context vector ``z_i``.
 
     Args:
         tokens: one label per token (``T = len(tokens)`` rows of keys and values).
         query_index: which token asks (counting from 0).
-        d_k, d_v: widths of a query/key and of a value (cells per row).
+        d_k, d_v: widths of a query/key and of a value (cells per row); default: the width of ``inputs``, or 3.
         scores, weights: optional ``(T,)`` numbers written into the score and weight columns.
-        upto: ``"scores"`` stops after the scores (notebook 01), ``"context"`` draws the whole look-up.
+        inputs: optional ``(T, d_in)`` token vectors used as queries, keys and values (``q_i = k_i = v_i = x_i``,
+            as in notebooks 01 and 02); their numbers are written into the cells.
+        upto: ``"scores"`` stops after the scores, ``"context"`` draws the whole look-up.
+        built: ``"scores"`` frames the query, keys and scores as the part built now and greys out the rest.
     """
     tokens = list(tokens)
     num_tokens = len(tokens)
@@ -43,39 +55,67 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int = 3, 
         raise ValueError(f"query_index must be in [0, {num_tokens}), got {query_index}")
     if upto not in ("scores", "context"):
         raise ValueError(f"upto must be 'scores' or 'context', got {upto!r}")
+    if built not in (None, "scores"):
+        raise ValueError(f"built must be None or 'scores', got {built!r}")
+    if inputs is not None:
+        inputs = torch.as_tensor(inputs)
+        if inputs.dim() != 2 or inputs.shape[0] != num_tokens:
+            raise ValueError(f"inputs must have shape ({num_tokens}, d_in), got {tuple(inputs.shape)}")
+        d_k = inputs.shape[1] if d_k is None else d_k
+        d_v = inputs.shape[1] if d_v is None else d_v
+        if d_k != inputs.shape[1] or d_v != inputs.shape[1]:
+            raise ValueError("with inputs, queries, keys and values are the inputs: d_k and d_v equal their width")
+    d_k = 3 if d_k is None else d_k
+    d_v = 3 if d_v is None else d_v
     for name, width in (("d_k", d_k), ("d_v", d_v)):
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"{name} must be a positive int, got {width!r}")
     i = query_index
-    top = 1.6                                   # room for the names above the grids
+    top = 2.2 if built else 1.6                 # room for the names (and the frame's caption) above the grids
     middle = top + num_tokens / 2               # vertical centre of the keys
-    query_x, keys_x = 0.3, 0.3 + d_k + 4.6      # 4.6 units for the arrow and the token labels
-    scores_x = keys_x + d_k + 2.2
-    weights_x = scores_x + 1 + 2.2
+    query_x, keys_x = 0.3, 0.3 + d_k + 5.0      # room for the arrow and the token labels
+    scores_x = keys_x + d_k + 2.4
+    weights_x = scores_x + 1 + 3.0
     values_x = weights_x + 1 + 1.6
     context_x = values_x + d_v + 3.0
     width = (scores_x + 2.0) if upto == "scores" else (context_x + d_v + 0.4)
-    fig, ax = diagram_canvas(width, top + num_tokens + 1.4, inches_per_unit=0.36)
+    fig, ax = diagram_canvas(width, top + num_tokens + 1.6, inches_per_unit=0.42)
+    small = FONT * 0.85
 
     tensor_grid(ax, query_x, middle - 0.5, 1, d_k, color=PALETTE["queries"], name=f"query $q_{{{i}}}$",
-                shape_text=f"'{tokens[i]}'")
+                shape_text=f"'{tokens[i]}'", fontsize=FONT,
+                values=None if inputs is None else _cells(inputs[i:i + 1]))
     tensor_grid(ax, keys_x, top, num_tokens, d_k, color=PALETTE["keys"], name="keys $K$",
-                shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$")
+                shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$", fontsize=FONT,
+                values=None if inputs is None else _cells(inputs))
+    ax.add_patch(Rectangle((keys_x, top + i), d_k, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2.2))
     for j, token in enumerate(tokens):
-        label(ax, keys_x - 0.25, top + j + 0.5, f"{j} {token}", ha="right", fontsize=9)
-    arrow(ax, (query_x + d_k, middle), (keys_x - 2.4, middle), "compare")
+        label(ax, keys_x - 0.25, top + j + 0.5, f"{j} {token}", ha="right", fontsize=small,
+              color=HIGHLIGHT if j == i else "black")
+    arrow(ax, (query_x + d_k, middle), (keys_x - 2.9, middle), "compare", fontsize=small)
     tensor_grid(ax, scores_x, top, num_tokens, 1, color=PALETTE["scores"], name=f"$s_{{{i}j}}$",
-                shape_text="scores", values=_column(scores, num_tokens), fontsize=9)
-    arrow(ax, (keys_x + d_k, middle), (scores_x, middle), f"$q_{{{i}}} \\cdot k_j$")
+                shape_text="scores", values=_column(scores, num_tokens), fontsize=FONT)
+    arrow(ax, (keys_x + d_k, middle), (scores_x, middle), f"$q_{{{i}}} \\cdot k_j$", fontsize=small)
     if upto == "context":
         tensor_grid(ax, weights_x, top, num_tokens, 1, color=PALETTE["weights"], name=f"$a_{{{i}j}}$",
-                    shape_text="weights", values=_column(weights, num_tokens), fontsize=9)
-        arrow(ax, (scores_x + 1, middle), (weights_x, middle), "softmax")
+                    shape_text="weights", values=_column(weights, num_tokens), fontsize=FONT)
+        arrow(ax, (scores_x + 1, middle), (weights_x, middle), "softmax", fontsize=small)
         tensor_grid(ax, values_x, top, num_tokens, d_v, color=PALETTE["values"], name="values $V$",
-                    shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$")
+                    shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$", fontsize=FONT,
+                    values=None if inputs is None else _cells(inputs))
         for j in range(num_tokens):
-            label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=10)
+            label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=FONT)
         tensor_grid(ax, context_x, middle - 0.5, 1, d_v, color=PALETTE["context"], name=f"context $z_{{{i}}}$",
-                    shape_text=f"$\\sum_j a_{{{i}j}} v_j$")
-        arrow(ax, (values_x + d_v, middle), (context_x, middle), "add up")
+                    shape_text=f"$\\sum_j a_{{{i}j}} v_j$", fontsize=FONT)
+        arrow(ax, (values_x + d_v, middle), (context_x, middle), "add up", fontsize=small)
+    if built == "scores":
+        right = scores_x + 1.4
+        ax.add_patch(Rectangle((0.1, 0.9), right - 0.1, num_tokens + 2.4, fill=False, edgecolor="#2171b5",
+                               linewidth=1.6, linestyle="--"))
+        label(ax, 0.3, 0.55, "built in this notebook: the scores", ha="left", fontsize=small, color="#2171b5")
+        if upto == "context":
+            ax.add_patch(Rectangle((right + 0.1, 0.0), width - right, top + num_tokens + 1.6, facecolor="white",
+                                   edgecolor="none", alpha=0.55, zorder=5))
+            label(ax, right + 0.5, 0.55, "notebook 02: weights and the blend of the values", ha="left",
+                  fontsize=small, color="#525252", zorder=6)
     return fig

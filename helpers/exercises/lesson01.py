@@ -8,10 +8,12 @@ from ..attention import dot_product_scores
 from ._inputs import journey_inputs, randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
 
-__all__ = ["score_matrix", "stretched_scores", "mixed_scores"]
+__all__ = ["cosine_scores", "mixed_scores"]
 
 
-# --- 1. every query at once -------------------------------------------------------------------
+# --- the score matrix: the exercise core's worked example ---------------------------------------
+# Notebook 01 computes X Xᵀ in front of the learner, so it does not offer this one (it is not in __all__); the
+# tests of the exercise core (tests/test_exercises.py) use it as their example of a FunctionExercise.
 def _matrix_cases(g: torch.Generator) -> list[Case]:
     return [
         Case("the journey sentence (6 tokens, d_in=3)", (journey_inputs(),)),
@@ -47,98 +49,118 @@ score_matrix = FunctionExercise(
 )
 
 
-# --- 2. predict the scores after stretching a token -----------------------------------------------
-def _stretch_cases(g: torch.Generator) -> list[Case]:
-    journey = journey_inputs()
+# --- 1. cosine scores: direction without length ------------------------------------------------------
+def _cosine_cases(g: torch.Generator) -> list[Case]:
     return [
-        Case("the journey scores, 'step' (token 5) stretched by 3", (journey @ journey.T, 5, 3.0)),
-        Case("the journey scores, 'journey' (token 1) flipped (factor -1)", (journey @ journey.T, 1, -1.0)),
-        Case("random scores of 4 tokens, token 0 halved", ((lambda x: x @ x.T)(randn(g, 4, 5)), 0, 0.5)),
+        Case("the journey sentence (6 tokens, d_in=3)", (journey_inputs(),)),
+        Case("5 random tokens of dimension 4, of very different lengths",
+             (randn(g, 5, 4) * torch.tensor([[0.1], [1.0], [5.0], [0.5], [20.0]]),)),
+        Case("3 random tokens of dimension 2", (randn(g, 3, 2),)),
     ]
 
 
-def _reference_stretched(attn_scores, token_index, factor):
-    factors = torch.ones(attn_scores.shape[0], dtype=attn_scores.dtype)
-    factors[token_index] = factor
-    return factors[:, None] * attn_scores * factors[None, :]  # row and column scaled: the diagonal twice
+def _reference_cosine(inputs):
+    lengths = torch.linalg.vector_norm(inputs, dim=1)              # (T,)
+    return (inputs @ inputs.T) / (lengths[:, None] * lengths[None, :])
 
 
-def _solution_stretched_scores(attn_scores, token_index, factor):
-    new_scores = attn_scores.clone()
-    new_scores[token_index, :] *= factor   # token_index as the query: every score scales by factor
-    new_scores[:, token_index] *= factor   # token_index as the key: scales again (its self-score twice)
-    return new_scores
+def _solution_cosine_scores(inputs):
+    unit = inputs / inputs.norm(dim=1, keepdim=True)   # (T, d_in): every row now has length 1
+    return unit @ unit.T                                # (T, d_in) @ (d_in, T) -> (T, T)
 
 
-def _only_row(s, i, c):
-    out = s.clone()
-    out[i, :] *= c
-    return out
+def _lengths_over_the_wrong_axis(inputs):
+    unit = inputs / inputs.norm(dim=0, keepdim=True)
+    return unit @ unit.T
 
 
-def _row_and_column_once(s, i, c):
-    out = s.clone()
-    out[i, :] *= c
-    out[:, i] *= c
-    out[i, i] = s[i, i] * c
-    return out
+def _one_side_only(inputs):
+    unit = inputs / inputs.norm(dim=1, keepdim=True)
+    return unit @ inputs.T
 
 
-stretched_scores = FunctionExercise(
-    "Predict the scores of a stretched token",
-    "you know only the score matrix S = X Xᵀ, not X. Write stretched_scores(attn_scores, token_index, factor) "
-    "that returns the score matrix after the vector of token `token_index` is multiplied by `factor`, "
-    "computed from `attn_scores` alone. Predict first which entries change, and by how much.",
-    reference=_reference_stretched,
-    cases=_stretch_cases,
-    hint=["In which scores does the stretched token take part? Look at the score explorer: as a query, and as "
-          "a key.",
-          "A dot product is linear in each of its two vectors. How many of them were stretched for the score of "
-          "the token with itself?"],
-    solution=_solution_stretched_scores,
+def _squared_lengths(inputs):
+    squared = (inputs * inputs).sum(dim=1, keepdim=True)
+    unit = inputs / squared
+    return unit @ unit.T
+
+
+cosine_scores = FunctionExercise(
+    "Cosine scores: direction without length",
+    "write cosine_scores(inputs) for inputs of shape (num_tokens, d_in): the matrix of "
+    "x_i · x_j / (‖x_i‖ ‖x_j‖), shape (num_tokens, num_tokens), without a Python loop.",
+    reference=_reference_cosine,
+    cases=_cosine_cases,
+    hint=["What is the dot product of two vectors of length 1? Can you make every token's vector have length 1 "
+          "first, without changing its direction?",
+          "`.norm(dim=...)` gives lengths. Along which dimension do a token's own components run? Keep that "
+          "dimension (keepdim) so the division lines up row by row."],
+    solution=_solution_cosine_scores,
+    rules=[no_loops()],
     mistakes=[
-        Mistake(_only_row,
-                "you scaled only the token's row (its scores as a query). S is symmetric: the token is also a "
-                "key in every other row, so its column changes too."),
-        Mistake(_row_and_column_once,
-                "the row and the column are right, but the self-score x_i · x_i contains the stretched vector "
-                "twice, so it changes by the factor squared."),
-        Mistake(lambda s, i, c: s * c,
-                "you scaled every score. Only the scores in which the stretched token takes part change."),
-        Mistake(lambda s, i, c: s * c * c,
-                "you scaled every score by the factor squared. Only the scores in which the stretched token takes "
-                "part change, and only its self-score by the square."),
+        Mistake(_lengths_over_the_wrong_axis,
+                "you divided by lengths taken down the columns (over the tokens). A token's length runs over its "
+                "own components: one length per row."),
+        Mistake(_one_side_only,
+                "only one side of each product is divided by its length. A cosine divides by both lengths, the "
+                "query's and the key's."),
+        Mistake(_squared_lengths,
+                "you divided by squared lengths. The length of a vector is the square root of its dot product "
+                "with itself."),
+        Mistake(lambda inputs: inputs @ inputs.T,
+                "these are the raw scores of the lesson. Divide each score by the lengths of both vectors."),
     ],
 )
 
 
-# --- 3. spot the bug: the wrong matrix in a product -----------------------------------------------
+# --- 2. spot the bug: scores of mixed tokens from the scores alone ------------------------------------
 def _mixed_cases(g: torch.Generator) -> list[Case]:
+    journey = journey_inputs()
+    other = randn(g, 4, 3)
     return [
-        Case("the journey sentence with a random 6x6 mixing matrix", (journey_inputs(), randn(g, 6, 6))),
-        Case("4 random tokens of dimension 3 with a random 4x4 mixing matrix", (randn(g, 4, 3), randn(g, 4, 4))),
+        Case("the journey scores with a random 6x6 weight matrix", (journey @ journey.T, randn(g, 6, 6))),
+        Case("the scores of 4 random tokens with a random 4x4 weight matrix", (other @ other.T, randn(g, 4, 4))),
     ]
 
 
-def buggy_mixed_scores(inputs, mixing):
-    mixed = mixing @ inputs        # (T, T) @ (T, d_in) -> (T, d_in): each token is a blend of all tokens
-    return mixed @ inputs.T        # scores between the mixed tokens
+def _reference_mixed(attn_scores, attn_weights):
+    return attn_weights @ attn_scores @ attn_weights.T
 
 
-def _solution_mixed_scores(inputs, mixing):
-    mixed = mixing @ inputs        # (T, T) @ (T, d_in) -> (T, d_in)
-    return mixed @ mixed.T         # (T, d_in) @ (d_in, T) -> (T, T): both sides are mixed tokens
+def buggy_mixed_scores(attn_scores, attn_weights):
+    # Z = A X blends the tokens; we want every score z_i · z_j, from S = X Xᵀ without X.
+    return attn_weights @ attn_scores        # (T, T) @ (T, T) -> (T, T)
+
+
+def _solution_mixed_scores(attn_scores, attn_weights):
+    # z_i · z_j = (A X)(A X)ᵀ = A X Xᵀ Aᵀ = A S Aᵀ: the blend acts on the queries AND on the keys.
+    return attn_weights @ attn_scores @ attn_weights.T   # (T, T) @ (T, T) @ (T, T) -> (T, T)
 
 
 mixed_scores = SpotTheBug(
-    "Spot the bug: scores of mixed tokens",
-    "mixed_scores(inputs, mixing) should blend the tokens with `mixing` (Z = A X, as in this notebook) and "
-    "return the scores between the blended tokens, Z Zᵀ. The code below multiplies by the wrong matrix.",
-    reference=lambda inputs, mixing: dot_product_scores(mixing @ inputs, mixing @ inputs),
+    "Spot the bug: scores of blended tokens",
+    "you know only the scores S = X Xᵀ and hand-picked weights A; the blended tokens are Z = A X (section 2). "
+    "mixed_scores(attn_scores, attn_weights) should return every score between blended tokens, z_i · z_j, "
+    "shape (num_tokens, num_tokens), without X. The code below runs, but its answer is wrong: find out why.",
+    reference=_reference_mixed,
     cases=_mixed_cases,
-    hint="Both sides of a score must be the same kind of vector. Which matrix holds the blended tokens?",
+    hint=["Try it on a case you can do in your head: let A swap two tokens. Which entries of the buggy answer "
+          "are right, and which are not?",
+          "Write z_i · z_j as a matrix product of Z with itself, put Z = A X into both places, and see where "
+          "X Xᵀ appears."],
     solution=_solution_mixed_scores,
     buggy=buggy_mixed_scores,
-    bug_message="your function still compares blended tokens with the original ones (mixed @ inputs.T): one "
-                "side of the product is the wrong matrix. Both queries and keys are the mixed tokens here.",
+    bug_message="your answer blends the queries (the rows) but not the keys (the columns): each score is z_i "
+                "against an original token x_j. Both vectors of a score are blended tokens.",
+    mistakes=[
+        Mistake(lambda s, a: s @ a.T,
+                "your answer blends the keys (the columns) but not the queries (the rows): both vectors of a "
+                "score are blended tokens."),
+        Mistake(lambda s, a: a @ s @ a,
+                "close: the keys are blended by A as well, but a matrix on the right of S acts on its columns "
+                "through its transpose. Check the shape rule (A X)ᵀ = ?"),
+        Mistake(lambda s, a: a.T @ s @ a,
+                "the transposes are on the wrong side: Z = A X puts A on the left of X, so the left factor is A "
+                "itself."),
+    ],
 )

@@ -1,22 +1,20 @@
 """Exercises for notebook 04: causal attention.
 
 1. ``causal_mask``: build the mask from token positions (no ``triu``/``tril``, no loop): think in indices.
-2. ``causal_attention``: write batched causal attention end to end (no fused function, no loop).
-3. ``zero_fill`` (spot the bug): the future is "hidden" with a score of 0, not ``-inf``.
+2. ``influence``: a causality check that needs no weights: which outputs change when one token changes?
+3. ``hidden_yet_weighted`` (spot the bug): masked causal weights that still put weight on the future.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask as _causal_mask
+from ..modules import CausalAttention
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["causal_mask", "causal_attention", "zero_fill"]
+__all__ = ["causal_mask", "influence", "hidden_yet_weighted"]
 
 
 # --- 1. the mask from positions ------------------------------------------------------------------------
@@ -76,76 +74,126 @@ causal_mask = FunctionExercise(
 )
 
 
-# --- 2. causal attention for a batch, written out ---------------------------------------------------------
-def _qkv_cases(g: torch.Generator) -> list[Case]:
-    return [
-        Case("batch 2, 5 tokens, d_k 4, d_v 3", (randn(g, 2, 5, 4), randn(g, 2, 5, 4), randn(g, 2, 5, 3))),
-        Case("batch 3, 6 tokens, d_k 2, d_v 5 (large scores)",
-             (randn(g, 3, 6, 2, scale=3.0), randn(g, 3, 6, 2, scale=3.0), randn(g, 3, 6, 5))),
-        Case("batch 1, a single token", (randn(g, 1, 1, 4), randn(g, 1, 1, 4), randn(g, 1, 1, 3))),
+# --- 2. who influences whom: a causality check that needs only the outputs ----------------------------------
+class _Attention:
+    """A layer to examine: ``attention(inputs)`` maps ``(B, T, d_in)`` to ``(B, T, d_out)``.
+
+    ``_pattern(T)`` is the true ``(T, T)`` influence matrix (True where output i depends on token j), known from
+    how the layer masks; the checker's reference reads it, the learner has to find it by experiment.
+    """
+
+    def __init__(self, name: str, function, pattern):
+        self.name, self._function, self._pattern = name, function, pattern
+
+    def __call__(self, inputs: torch.Tensor) -> torch.Tensor:
+        return self._function(inputs)
+
+    def __repr__(self) -> str:
+        return f"<attention layer: {self.name}>"
+
+
+def _masked_attention(W_query, W_key, W_value, hide):
+    """Attention whose mask is ``hide(num_tokens)`` (True = hide); ``hide=None`` leaves every key visible."""
+    def attention(inputs):
+        queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value   # (B, T, d) each
+        attn_scores = queries @ keys.transpose(1, 2)                                 # (B, T, T)
+        if hide is not None:
+            attn_scores = attn_scores.masked_fill(hide(inputs.shape[1]), float("-inf"))
+        attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
+        return attn_weights @ values                                                 # (B, T, d_out)
+    return attention
+
+
+def _sees(num_tokens, ahead=0, last_key_open=False):
+    """The true influence matrix: output i depends on tokens 0..i+ahead (and on the last one if it is open)."""
+    positions = torch.arange(num_tokens)
+    seen = positions[None, :] <= positions[:, None] + ahead
+    if last_key_open:
+        seen[:, -1] = True
+    return seen
+
+
+def _influence_cases(g: torch.Generator) -> list[Case]:
+    def weights(d_in=4, d_out=3):
+        return randn(g, d_in, d_out), randn(g, d_in, d_out), randn(g, d_in, d_out)
+
+    with torch.random.fork_rng(devices=[]):   # the module's own seed; the learner's random stream stays as it was
+        torch.manual_seed(int(torch.randint(0, 2 ** 31 - 1, (1,), generator=g)))
+        module = CausalAttention(d_in=4, d_out=3, context_length=8, dropout=0.0).eval()
+    with_last_key_open = _masked_attention(
+        *weights(), hide=lambda n: _causal_mask(n) & ~torch.eye(n, dtype=torch.bool)[-1])  # the last column open
+    cases = [
+        ("helpers.CausalAttention", module, lambda n: _sees(n), randn(g, 2, 5, 4)),
+        ("the layer with the bug of section 4 (masked copy dropped)", _masked_attention(*weights(), hide=None),
+         lambda n: torch.ones(n, n, dtype=torch.bool), randn(g, 2, 4, 4)),
+        ("a layer whose mask is one token off (each query sees one key ahead)",
+         _masked_attention(*weights(), hide=lambda n: torch.ones(n, n, dtype=torch.bool).triu(2)),
+         lambda n: _sees(n, ahead=1), randn(g, 3, 6, 4)),
+        ("a layer whose mask leaves the last key visible to every query", with_last_key_open,
+         lambda n: _sees(n, last_key_open=True), randn(g, 2, 5, 4)),
+        ("helpers.CausalAttention", module, lambda n: _sees(n), randn(g, 1, 1, 4)),
     ]
+    return [Case(f"{name} on {inputs.shape[0]} sequence(s) of {inputs.shape[1]} token(s)",
+                 (_Attention(name, function, pattern), inputs)) for name, function, pattern, inputs in cases]
 
 
-def _reference_causal_attention(queries, keys, values):
-    return scaled_dot_product_attention(queries, keys, values, mask=_causal_mask(queries.shape[-2]))
+def _reference_influence(attention, inputs):
+    return attention._pattern(inputs.shape[1])
 
 
-def _solution_causal_attention(queries, keys, values):
-    num_tokens, d_k = queries.shape[1], keys.shape[-1]
-    attn_scores = queries @ keys.transpose(1, 2) / d_k ** 0.5     # (B, T, d_k) @ (B, d_k, T) -> (B, T, T)
-    future = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(diagonal=1)   # (T, T), True = hide
-    attn_weights = torch.softmax(attn_scores.masked_fill(future, float("-inf")), dim=-1)  # (B, T, T)
-    context_vecs = attn_weights @ values                          # (B, T, T) @ (B, T, d_v) -> (B, T, d_v)
-    return context_vecs, attn_weights
+def _solution_influence(attention, inputs):
+    num_tokens = inputs.shape[1]
+    with torch.no_grad():
+        before = attention(inputs)                                    # (B, T, d_out)
+        influence = torch.zeros(num_tokens, num_tokens, dtype=torch.bool)
+        for j in range(num_tokens):                                   # change token j, and only token j
+            changed = inputs.clone()
+            changed[:, j] += 1.0
+            after = attention(changed)                                # (B, T, d_out)
+            moved = ~torch.isclose(after, before)                     # (B, T, d_out)
+            influence[:, j] = moved.any(dim=-1).any(dim=0)            # (T,): the outputs that changed
+    return influence
 
 
-def _attend(attn_scores, values, fill=float("-inf"), after=False, dim=-1):
-    """Helper for the known mistakes: mask (before or after the softmax), softmax, weighted sum."""
-    future = _causal_mask(attn_scores.shape[-1])
-    if after:
-        weights = torch.softmax(attn_scores, dim=dim).masked_fill(future, 0.0)
-    else:
-        weights = torch.softmax(attn_scores.masked_fill(future, fill), dim=dim)
-    return weights @ values, weights
+def _changes_from_j_on(attention, inputs):
+    """A known mistake: change token j AND every token after it, so column j answers a different question."""
+    num_tokens = inputs.shape[1]
+    with torch.no_grad():
+        before = attention(inputs)
+        influence = torch.zeros(num_tokens, num_tokens, dtype=torch.bool)
+        for j in range(num_tokens):
+            changed = inputs.clone()
+            changed[:, j:] += 1.0
+            influence[:, j] = (~torch.isclose(attention(changed), before)).any(dim=-1).any(dim=0)
+    return influence
 
 
-causal_attention = FunctionExercise(
-    "Causal attention for a batch",
-    "write causal_attention(queries, keys, values) for queries and keys (batch_size, num_tokens, d_k) and "
-    "values (batch_size, num_tokens, d_v): scale the scores by sqrt(d_k), hide the future, softmax over the "
-    "keys, and return (context_vecs, attn_weights). Any num_tokens; no Python loop, and no "
-    "scaled_dot_product_attention (neither PyTorch's nor the course's).",
-    reference=_reference_causal_attention,
-    cases=_qkv_cases,
-    hint=["Follow the 'mask, then softmax' picture from left to right; the values come last.",
-          "With a batch axis in front, transpose only the last two axes of the keys. The mask needs the number "
-          "of tokens: which axis of the queries holds it?"],
-    solution=_solution_causal_attention,
+influence = FunctionExercise(
+    "Who influences whom",
+    "write influence(attention, inputs) for a layer attention(inputs) -> (batch_size, num_tokens, d_out) and inputs "
+    "(batch_size, num_tokens, d_in): return a bool tensor (num_tokens, num_tokens) that is True at [i, j] when "
+    "changing token j changes output i. The layer is a black box: you can only call it.",
+    reference=_reference_influence,
+    cases=_influence_cases,
+    hint=["Causality is a promise about behaviour: output i must not move, whatever happens to the tokens after "
+          "i. With nothing but the function in hand, how could you find out whether output i depends on token j?",
+          "Run the layer once as it is. Then disturb one token at a time, by an amount you would notice, run it "
+          "again and see which output rows moved: each token you disturb fills one column.",
+          "Compare with a tolerance (torch.isclose) or exactly; either works here. Reduce over the batch and over "
+          "the features so that one True/False is left per output row."],
+    solution=_solution_influence,
     mistakes=[
-        Mistake(lambda q, k, v: _attend(q @ k.transpose(1, 2), v),
-                "the scores are not divided by sqrt(d_k): the weights come out too peaked."),
-        Mistake(lambda q, k, v: _attend(q @ k.transpose(1, 2) / math.sqrt(v.shape[-1]), v),
-                "you divided by sqrt(d_v), the width of the values. The scale belongs to the dot product of a "
-                "query and a key: sqrt(d_k)."),
-        Mistake(lambda q, k, v: _attend(q @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), v, fill=0.0),
-                "you filled the future scores with 0. exp(0) = 1, so the future still gets weight: a hidden "
-                "score must become a weight of exactly 0 after the softmax."),
-        Mistake(lambda q, k, v: _attend(q @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), v, after=True),
-                "you zeroed the weights after the softmax without renormalising: the rows no longer sum to 1. "
-                "Mask the scores before the softmax."),
-        Mistake(lambda q, k, v: (lambda w: (w @ v, w))(torch.softmax(q @ k.transpose(1, 2)
-                                                                      / math.sqrt(k.shape[-1]), dim=-1)),
-                "nothing is masked: every query still sees the future. (Did you keep the result of "
-                "masked_fill?)"),
-        Mistake(lambda q, k, v: _attend(q @ k.transpose(1, 2) / math.sqrt(k.shape[-1]), v, dim=1),
-                "your softmax runs over the queries (dim=1 of (B, T, T)): each row, one query's weights over "
-                "the keys, must sum to 1. Use the last axis."),
+        Mistake(lambda attention, inputs: _solution_influence(attention, inputs).T,
+                "rows and columns are swapped: row i is output i, column j the token you changed. A causal layer "
+                "has nothing ABOVE the diagonal."),
+        Mistake(_changes_from_j_on,
+                "column j should say whether output i depends on token j alone, but you changed token j and every "
+                "token after it. Change one token at a time."),
+        Mistake(lambda attention, inputs: _solution_influence(attention, inputs)
+                & _causal_mask(inputs.shape[1]),
+                "your matrix is False on and below the diagonal, but output i depends on token i and the tokens "
+                "before it: fill in the whole matrix, not only the future."),
     ],
-    rules=[no_loops(),
-           forbids("torch.nn.functional.scaled_dot_product_attention",
-                   "helpers.attention.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
-                   why="Write the steps out yourself."),
-           ],
 )
 
 
@@ -159,25 +207,27 @@ def _score_cases(g: torch.Generator) -> list[Case]:
 
 
 def _reference_causal_weights(attn_scores):
-    hidden = _causal_mask(attn_scores.shape[-1])
+    hidden = _causal_mask(attn_scores.shape[-1], device=attn_scores.device)
     return torch.softmax(attn_scores.masked_fill(hidden, float("-inf")), dim=-1)
 
 
 def buggy_causal_weights(attn_scores):
     num_tokens = attn_scores.shape[-1]
-    future = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
+    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=attn_scores.device)
+    future = torch.triu(ones, diagonal=1)
     attn_scores = attn_scores.masked_fill(future, 0.0)   # hide the future
     return torch.softmax(attn_scores, dim=-1)
 
 
 def _solution_causal_weights(attn_scores):
     num_tokens = attn_scores.shape[-1]
-    future = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
+    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=attn_scores.device)
+    future = torch.triu(ones, diagonal=1)
     attn_scores = attn_scores.masked_fill(future, float("-inf"))   # exp(-inf) = 0: no weight on the future
     return torch.softmax(attn_scores, dim=-1)
 
 
-zero_fill = SpotTheBug(
+hidden_yet_weighted = SpotTheBug(
     "Spot the bug: hidden, yet weighted",
     "causal_weights(attn_scores) should return causal attention weights for scores (..., num_tokens, "
     "num_tokens). It runs, every row sums to 1, and yet the keys in each query's future still get weight. "

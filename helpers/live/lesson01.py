@@ -25,13 +25,16 @@ def stretched_scores(inputs: torch.Tensor, token_index: int, factor: float) -> t
 
 
 def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "journey",
-                   stretch: str = "step") -> LiveFigure:
+                   stretch: str = "step", factor: float = 1.0) -> LiveFigure:
     """Scores of every query (heatmap, the chosen query's row outlined) and of one query (bars).
 
     Controls: ``query`` (whose row the bars show), ``stretch_token`` (the token whose vector is stretched) and
-    ``factor`` (-3 .. 3; negative flips the vector). The returned :class:`LiveFigure` also carries the two
+    ``factor`` (-4 .. 4; negative flips the vector); the arguments of the same names set where they start, so the
+    picture can open in the state a question asks about. The returned :class:`LiveFigure` also carries the two
     builders as ``.score_map`` and ``.query_bars``.
     """
+    if not -4.0 <= factor <= 4.0:
+        raise ValueError(f"factor must be in [-4, 4] (the slider's range), got {factor}")
     tokens = list(tokens)
     attn_scores = dot_product_scores(inputs, inputs)  # (T, T)
     fig = new_figure(width=10, height=4.2, ncols=2)
@@ -51,7 +54,7 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
     explorer = LiveFigure(fig, redraw, {
         "query": choice("query", tokens, value=query),
         "stretch_token": choice("stretch", tokens, value=stretch),
-        "factor": float_slider("stretch factor", 1.0, -3.0, 3.0, 0.1, readout_format=".1f"),
+        "factor": float_slider("stretch factor", float(factor), -4.0, 4.0, 0.1, readout_format=".1f"),
     })
     explorer.score_map, explorer.query_bars = score_map, query_bars
     return explorer
