@@ -35,6 +35,8 @@ __all__ = [
     "FastMultiHeadAttention",
     "peak_tensor_bytes",
     "aten_ops_called",
+    "FUSED_SDPA_KERNELS",
+    "builds_the_weights",
 ]
 
 
@@ -43,7 +45,7 @@ class TileStep(NamedTuple):
 
     ``running_max``: ``(..., len(query_rows))``, the largest scaled score seen so far in each row;
     ``running_sum``: ``(..., len(query_rows))``, ``sum_j exp(score_j - running_max)`` over the keys seen so far;
-    ``accumulator``: ``(..., len(query_rows), D_v)``, ``sum_j exp(score_j - running_max) v_j`` so far.
+    ``accumulator``: ``(..., len(query_rows), d_v)``, ``sum_j exp(score_j - running_max) v_j`` so far.
     ``done`` is ``True`` on the last tile of these rows: then ``accumulator / running_sum``
     is their context vectors.
     """
@@ -92,27 +94,27 @@ def iter_tile_steps(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     scale = 1.0 / math.sqrt(keys.shape[-1])
     for q_start in range(0, num_queries, tile_size):
         q_stop = min(q_start + tile_size, num_queries)
-        q_tile = queries[..., q_start:q_stop, :] * scale  # (..., Bq, d_k), scaled once
+        q_tile = queries[..., q_start:q_stop, :] * scale  # (..., tile, D): the 1/sqrt(d_k) is applied here, once
         row_ids = torch.arange(q_start, q_stop, device=queries.device)
         k_end = min(q_stop, num_keys) if is_causal else num_keys  # later keys are all in the future
         lead = q_tile.shape[:-1]
-        running_max = q_tile.new_full(lead, float("-inf"))  # (..., Bq)
-        running_sum = q_tile.new_zeros(lead)  # (..., Bq)
-        accumulator = q_tile.new_zeros(*lead, values.shape[-1])  # (..., Bq, d_v)
+        running_max = q_tile.new_full(lead, float("-inf"))  # (..., tile)
+        running_sum = q_tile.new_zeros(lead)  # (..., tile)
+        accumulator = q_tile.new_zeros(*lead, values.shape[-1])  # (..., tile, d_v)
         for k_start in range(0, k_end, tile_size):
             k_stop = min(k_start + tile_size, k_end)
-            # (..., Bq, d_k) @ (..., d_k, Bk) -> (..., Bq, Bk): the one live tile of scores
+            # (..., tile, D) @ (..., D, tile) -> (..., tile, tile): the one live tile of (scaled) scores
             scores = q_tile @ keys[..., k_start:k_stop, :].transpose(-2, -1)
             if is_causal and k_stop - 1 > q_start:  # the tile crosses the diagonal
                 col_ids = torch.arange(k_start, k_stop, device=queries.device)
                 scores = scores.masked_fill(col_ids > row_ids[:, None], float("-inf"))
-            new_max = torch.maximum(running_max, scores.amax(dim=-1))  # (..., Bq)
+            new_max = torch.maximum(running_max, scores.amax(dim=-1))  # (..., tile)
             # Old terms were exp(s - old_max); multiplying by exp(old_max - new_max) rebases them.
-            correction = torch.exp(running_max - new_max)  # (..., Bq), 0 on the first tile
-            probs = torch.exp(scores - new_max.unsqueeze(-1))  # (..., Bq, Bk), unnormalised
-            running_sum = running_sum * correction + probs.sum(dim=-1)
-            # (..., Bq, Bk) @ (..., Bk, d_v) -> (..., Bq, d_v)
-            accumulator = accumulator * correction.unsqueeze(-1) + probs @ values[..., k_start:k_stop, :]
+            correction = torch.exp(running_max - new_max)  # (..., tile), 0 on the first tile
+            exp_scores = torch.exp(scores - new_max.unsqueeze(-1))  # (..., tile, tile), unnormalised
+            running_sum = running_sum * correction + exp_scores.sum(dim=-1)
+            # (..., tile, tile) @ (..., tile, d_v) -> (..., tile, d_v)
+            accumulator = accumulator * correction.unsqueeze(-1) + exp_scores @ values[..., k_start:k_stop, :]
             running_max = new_max
             yield TileStep(range(q_start, q_stop), range(k_start, k_stop), running_max, running_sum,
                            accumulator, k_stop == k_end)
@@ -129,9 +131,9 @@ def tiled_attention(queries: torch.Tensor, keys: torch.Tensor, values: torch.Ten
     """
     blocks = []
     for step in iter_tile_steps(queries, keys, values, is_causal=is_causal, tile_size=tile_size):
-        if step.done:  # (..., Bq, d_v) / (..., Bq, 1)
+        if step.done:  # (..., tile, d_v) / (..., tile, 1)
             blocks.append(step.accumulator / step.running_sum.unsqueeze(-1))
-    return torch.cat(blocks, dim=-2)  # Bq-row blocks -> (..., T_q, d_v)
+    return torch.cat(blocks, dim=-2)  # blocks of rows -> (..., T_q, d_v)
 
 
 class FastMultiHeadAttention(MultiHeadAttention):
@@ -241,3 +243,17 @@ def aten_ops_called(fn, *args, **kwargs) -> list[str]:
     with recorder:
         fn(*args, **kwargs)
     return list(recorder.names)
+
+
+# The aten operators of SDPA's fused backends: each computes attention tile by tile, without the (T, T) weights.
+FUSED_SDPA_KERNELS = frozenset({
+    "aten._scaled_dot_product_flash_attention_for_cpu",  # CPU
+    "aten._scaled_dot_product_flash_attention",          # CUDA: FlashAttention-2
+    "aten._scaled_dot_product_efficient_attention",      # CUDA: memory-efficient attention
+    "aten._scaled_dot_product_cudnn_attention",          # CUDA: cuDNN
+})
+
+
+def builds_the_weights(ops: list[str]) -> bool:
+    """Whether a list from :func:`aten_ops_called` took the explicit (math) path rather than a fused kernel."""
+    return not FUSED_SDPA_KERNELS & set(ops) or "aten._safe_softmax" in ops or "aten._softmax" in ops

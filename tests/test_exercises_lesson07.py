@@ -6,107 +6,123 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from helpers.efficient import iter_tile_steps
 from helpers.exercises import lesson07
 
 
-def test_online_update_task_uses_the_notation_card():
-    assert "ℓ_i" in lesson07.online_update.task and "running_sum" in lesson07.online_update.task
-    assert " s = " not in lesson07.online_update.task
-
-
 def test_hints_do_not_give_the_answer():
-    for exercise in (lesson07.online_update, lesson07.one_query_tiled, lesson07.causal_tiles_computed,
-                     lesson07.value_width_scale):
+    for exercise in (lesson07.merge_states, lesson07.padded_causal_sdpa, lesson07.one_query_tiled_bug):
         for hint in exercise._hints:
-            assert "exp(old_max - new_max)" not in hint and "keys.shape[-1]" not in hint, hint
-            assert "(n + 1)" not in hint and "ceil" not in hint, hint
+            assert "exp(m_a - m)" not in hint and "keys.shape[-1]" not in hint and "d_v" not in hint, hint
+            assert "attn_mask=" not in hint and "tril" not in hint and "where" not in hint, hint
 
 
-def _all_at_once(query, keys, values, tile_size):
-    return torch.softmax(keys @ query / math.sqrt(keys.shape[-1]), dim=-1) @ values
+def test_titles_and_names_do_not_give_the_bug_away():
+    bug = lesson07.one_query_tiled_bug
+    for text in (bug.title, bug.task, "one_query_tiled_bug"):
+        assert "scale" not in text and "width" not in text and "equally wide" not in text, text
 
 
-def _scores_first_then_tiles(query, keys, values, tile_size):
-    scores = keys @ query / math.sqrt(keys.shape[-1])          # all T scores at once: not allowed
-    running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
-    accumulator = torch.zeros(values.shape[-1])
-    for start in range(0, keys.shape[0], tile_size):
-        block = scores[start:start + tile_size]
-        new_max = torch.maximum(running_max, block.max())
-        rebase = torch.exp(running_max - new_max)
-        weights = torch.exp(block - new_max)
-        running_sum = running_sum * rebase + weights.sum()
-        accumulator = accumulator * rebase + weights @ values[start:start + tile_size]
-        running_max = new_max
-    return accumulator / running_sum
+# --- merge two partial states ---------------------------------------------------------------------------------
+def _state_of(scores, values):
+    m = scores.amax(-1)
+    e = torch.exp(scores - m[..., None])
+    return m, e.sum(-1), e @ values
 
 
-def _tiles_kept_then_joined(query, keys, values, tile_size):
-    scale = 1 / math.sqrt(keys.shape[-1])
-    scores = torch.cat([keys[s:s + tile_size] @ query * scale for s in range(0, keys.shape[0], tile_size)])
-    return torch.softmax(scores, dim=-1) @ values
+def test_merging_two_halves_gives_the_state_of_all_the_keys():
+    g = torch.Generator().manual_seed(3)
+    scores, values = torch.randn(5, 9, generator=g) * 3, torch.randn(9, 4, generator=g)
+    merged = lesson07._solution_merge_states(*_state_of(scores[:, :4], values[:4]),
+                                             *_state_of(scores[:, 4:], values[4:]))
+    for got, want in zip(merged, _state_of(scores, values)):
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(merged[2] / merged[1][:, None], torch.softmax(scores, -1) @ values)
 
 
-@pytest.mark.parametrize("wrong", [_all_at_once, _scores_first_then_tiles, _tiles_kept_then_joined])
-def test_one_query_tiled_rejects_right_values_built_all_at_once(wrong):
-    feedback = lesson07.one_query_tiled.check(wrong)
+def test_merge_equals_iter_tile_steps_split_in_two():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = torch.randn(6, 4, generator=g), torch.randn(8, 4, generator=g), torch.randn(8, 3, generator=g)
+    steps = list(iter_tile_steps(q, k, v, tile_size=6))  # one block of query rows, two tiles of keys (6 + 2)
+    first, last = steps[0], steps[-1]
+    second = list(iter_tile_steps(q, k[6:], v[6:], tile_size=6))[0]
+    # iter_tile_steps scales the queries by 1/sqrt(d_k) of its own keys: the same d_k here
+    merged = lesson07.merge_states.reference(first.running_max, first.running_sum, first.accumulator,
+                                             second.running_max, second.running_sum, second.accumulator)
+    for got, want in zip(merged, (last.running_max, last.running_sum, last.accumulator)):
+        torch.testing.assert_close(got, want)
+
+
+def test_merge_accepts_other_right_answers():
+    def with_where(ma, la, aa, mb, lb, ab):
+        m = torch.maximum(ma, mb)
+        ca = torch.where(ma == -math.inf, torch.zeros_like(ma), torch.exp(ma - m))
+        cb = torch.where(mb == -math.inf, torch.zeros_like(mb), torch.exp(mb - m))
+        return m, la * ca + lb * cb, aa * ca.unsqueeze(-1) + ab * cb.unsqueeze(-1)
+
+    def with_nan_to_num(ma, la, aa, mb, lb, ab):
+        m = torch.maximum(ma, mb)
+        ca, cb = torch.nan_to_num(torch.exp(ma - m)), torch.nan_to_num(torch.exp(mb - m))
+        return m, la * ca + lb * cb, aa * ca[..., None] + ab * cb[..., None]
+
+    for right in (with_where, with_nan_to_num):
+        assert lesson07.merge_states.check(right).passed, lesson07.merge_states.check(right).message
+
+
+def test_merge_names_the_nan_of_two_empty_parts():
+    feedback = lesson07.merge_states.check(lesson07._merge_without_guard)
+    assert feedback.status == "wrong" and "exp(-inf - (-inf))" in feedback.message
+
+
+def test_merge_rejects_a_list_and_a_two_value_answer():
+    assert "tuple" in lesson07.merge_states.check(lambda *a: list(lesson07._reference_merge(*a))).message
+    feedback = lesson07.merge_states.check(lambda *a: lesson07._reference_merge(*a)[:2])
     assert feedback.status == "wrong"
-    assert "one tile at a time" in feedback.message and "4,096 keys" in feedback.message
 
 
-def test_one_query_tiled_accepts_a_tiled_answer_written_differently():
-    def logsumexp_style(query, keys, values, tile_size):
-        d_k = keys.shape[-1]
-        m, l, acc = -math.inf, 0.0, torch.zeros(values.shape[-1])
-        for start in range(0, keys.shape[0], tile_size):
-            s = keys[start:start + tile_size] @ query / d_k ** 0.5
-            m_new = max(m, s.max().item())
-            e = torch.exp(s - m_new)
-            l = l * math.exp(m - m_new) + e.sum()
-            acc = acc * math.exp(m - m_new) + e @ values[start:start + tile_size]
-            m = m_new
-        return acc / l
-    assert lesson07.one_query_tiled.check(logsumexp_style).passed
+# --- SDPA on a padded batch -------------------------------------------------------------------------------------
+def test_padded_sdpa_requires_sdpa():
+    feedback = lesson07.padded_causal_sdpa.check(lesson07._reference_padded)
+    assert feedback.status == "wrong" and "scaled_dot_product_attention" in feedback.message
 
 
-@pytest.mark.parametrize("right", [
-    lambda t, b: math.ceil(t / b) * (math.ceil(t / b) + 1) // 2,
-    lambda t, b: sum(range(1, -(-t // b) + 1)),
-    lambda t, b: float(math.ceil(t / b) * (math.ceil(t / b) + 1) / 2),   # a float that equals the int
-])
-def test_tile_count_accepts_any_right_formula(right):
-    assert lesson07.causal_tiles_computed.check(right).passed
+def test_padded_sdpa_accepts_other_right_answers():
+    def float_mask(q, k, v, lengths):
+        t = q.shape[-2]
+        hide = lesson07._hide(t, lengths)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(hide.shape).masked_fill(hide, -math.inf))
+
+    def broadcast_by_hand(q, k, v, lengths):
+        t = q.shape[-2]
+        keep = ~lesson07._hide(t, lengths)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep.expand(-1, q.shape[1], -1, -1))
+
+    for right in (float_mask, broadcast_by_hand):
+        assert lesson07.padded_causal_sdpa.check(right).passed, lesson07.padded_causal_sdpa.check(right).message
 
 
-def test_tile_count_forbids_running_the_tiles():
-    def count_by_running(num_tokens, tile_size):
-        q = torch.zeros(num_tokens, 1)
-        return len(list(iter_tile_steps(q, q, q, is_causal=True, tile_size=tile_size)))
-    feedback = lesson07.causal_tiles_computed.check(count_by_running)
-    assert feedback.status == "wrong" and "iter_tile_steps" in feedback.message
+def test_padded_sdpa_a_padding_mask_with_is_causal_is_reported():
+    def padding_mask_and_is_causal(q, k, v, lengths):  # some of SDPA's paths refuse the pair
+        real = torch.arange(q.shape[-2])[None, :] < lengths[:, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=real[:, None, None, :], is_causal=True)
+
+    feedback = lesson07.padded_causal_sdpa.check(padding_mask_and_is_causal)
+    assert feedback.status == "wrong" and "is_causal" in feedback.message
 
 
-def test_tile_count_reference_is_what_tiled_attention_visits():
-    for num_tokens, tile_size in ((8, 2), (10, 4), (37, 8), (5, 8), (1, 1)):
-        n = math.ceil(num_tokens / tile_size)
-        assert lesson07._reference_tile_count(num_tokens, tile_size) == n * (n + 1) // 2
+def test_padded_sdpa_padding_hides_keys_not_queries():
+    lengths = torch.tensor([2, 4])
+    hide = lesson07._hide(4, lengths)
+    assert hide.shape == (2, 1, 4, 4)
+    assert hide[0, 0, 3].tolist() == [False, False, True, True]  # a padding query still sees the real keys
+    assert not bool(hide.all(-1).any()), "no query may lose every key"
 
 
-@pytest.mark.parametrize("wrong, words", [
-    (lambda t, b: torch.tensor(10), "expected an int"),
-    (lambda t, b: (t // b) ** 2, None),
-])
-def test_tile_count_rejects_other_wrong_answers(wrong, words):
-    feedback = lesson07.causal_tiles_computed.check(wrong)
-    assert feedback.status == "wrong"
-    if words:
-        assert words in feedback.message
-
-
-def test_spot_the_bug_is_not_one_the_lesson_fixed():
-    # the lesson inverts helpers' mask for PyTorch's attn_mask in front of the learner: no exercise repeats it
-    assert not hasattr(lesson07, "sdpa_mask")
-    feedback = lesson07.value_width_scale.check(lesson07.value_width_scale.buggy)
+# --- spot the bug -----------------------------------------------------------------------------------------------
+def test_spot_the_bug_is_named_and_fixed():
+    bug = lesson07.one_query_tiled_bug
+    feedback = bug.check(bug.buggy)
     assert feedback.status == "wrong" and "1/sqrt(d_v)" in feedback.message
+    assert bug.check(lesson07._solution_one_query_tiled).passed

@@ -46,8 +46,9 @@ def test_snapshots_follow_iter_tile_steps(qkv):
 
 
 def test_explorer_opens_on_a_middle_tile_with_both_statistics(qkv):
-    view = tile_explorer(TOKENS, *qkv, tile_size=2)
-    assert view.controls["step"].value == 5 and repr(view) == "LiveFigure(step=5)"
+    view = tile_explorer(TOKENS, *qkv, tile_size=2)  # tiles count from 0, like rows
+    assert view.controls["step"].value == 4 and repr(view) == "LiveFigure(step=4)"
+    assert (view.controls["step"].min, view.controls["step"].max) == (0, 9)
     assert view.initial_png == bytes(view.image.value)
     state = view.snapshots[4]
     assert (state["rows"], state["cols"]) == (range(4, 6), range(2, 4))
@@ -55,30 +56,30 @@ def test_explorer_opens_on_a_middle_tile_with_both_statistics(qkv):
     assert int(heights.isfinite().sum()) == 6, "rows 0-5 have started, 6-7 not yet"
 
 
-@pytest.mark.parametrize("step", [1, 4, 5, 10])
+@pytest.mark.parametrize("step", [0, 3, 4, 9])
 def test_picture_shows_exactly_the_state_of_that_tile(qkv, step):
-    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=1)
+    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=0)
     before = bytes(view.image.value)
     view.controls["step"].value = step
-    state = view.snapshots[step - 1]
+    state = view.snapshots[step]
     shown = torch.as_tensor(view.score_map.image.get_array().filled(float("nan")))
     torch.testing.assert_close(shown, state["scores"], equal_nan=True)
     torch.testing.assert_close(bar_heights(view.max_bars), state["running_max"], equal_nan=True)
     torch.testing.assert_close(bar_heights(view.sum_bars), state["running_sum"], equal_nan=True)
     rows, cols = state["rows"], state["cols"]
-    assert view.score_map.ax.get_title() == (f"Tile {step} of 10: query rows {rows.start}–{rows.stop - 1} × "
-                                             f"key columns {cols.start}–{cols.stop - 1}")
+    assert view.score_map.ax.get_title() == (f"Tile {step} (of 10, counted from 0): query rows {rows.start}–"
+                                             f"{rows.stop - 1} × key columns {cols.start}–{cols.stop - 1}")
     for index, bar in enumerate(view.sum_bars.bars):  # the live tile's rows are painted
         if bar.get_visible():
             red = bar.get_facecolor()[0] > 0.6 and bar.get_facecolor()[2] < 0.3
             assert red == (index in rows), index
-    if step != 1:
+    if step != 0:
         assert bytes(view.image.value) != before, "the picture did not change"
 
 
 def test_last_tile_holds_the_true_row_statistics(qkv):
     queries, keys, _ = qkv
-    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=10)
+    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=9)
     final_max, final_sum = final_row_statistics(queries, keys)
     torch.testing.assert_close(bar_heights(view.max_bars), final_max)
     torch.testing.assert_close(bar_heights(view.sum_bars), final_sum)
@@ -91,7 +92,7 @@ def test_explorer_checks_its_input(qkv):
     with pytest.raises(ValueError, match="tokens"):
         tile_explorer(TOKENS[:7], *qkv)
     with pytest.raises(ValueError, match="step"):
-        tile_explorer(TOKENS, *qkv, step=11)
+        tile_explorer(TOKENS, *qkv, step=10)
     with pytest.raises(ValueError, match="queries"):
         tile_snapshots(qkv[0][None], *qkv[1:], tile_size=2)
 
@@ -102,8 +103,9 @@ def test_tiles_diagram_is_sized_by_its_arguments(num_tokens, tile_size, query_bl
     fig = tiles_diagram(num_tokens, tile_size, query_block, key_block)
     ax = fig.axes[0]
     order = [(q, k) for q in range(math.ceil(num_tokens / tile_size)) for k in range(q + 1)]
-    live = order.index((query_block, key_block)) + 1
-    assert ax.get_title().startswith(f"Tile {live} of {tiles}: query rows {query_block * tile_size}–")
+    live = order.index((query_block, key_block))  # counted from 0, like rows
+    first_row = query_block * tile_size
+    assert ax.get_title().startswith(f"Tile {live} (of {tiles}, counted from 0): query rows {first_row}–")
     # one unit square per score cell of S (plus Q, K^T and the two statistics columns)
     cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 1 and p.get_height() == 1
              and p.get_fill()]
@@ -122,15 +124,100 @@ def test_tiles_diagram_refuses_a_future_tile_and_bad_sizes():
         tiles_diagram(8, 0, 0, 0)
 
 
-def test_tiles_diagram_colours_done_live_and_skipped_tiles():
+def test_tiles_diagram_tells_masked_cells_from_tiles_never_computed():
     from matplotlib.colors import to_hex
 
     from helpers.diagrams._draw import PALETTE
-    from helpers.diagrams.tiles import _LIVE, _SKIPPED
-    ax = tiles_diagram(8, 2, 2, 1).axes[0]
-    cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 1 and p.get_height() == 1
-             and p.get_fill()]
-    colours = [to_hex(p.get_facecolor()) for p in cells]
-    assert colours.count(_LIVE) == 4                   # the live 2 x 2 tile
-    assert colours.count(PALETTE["scores"]) == 4 * 4 - 2  # tiles 1-4, less the masked cell of tiles 1 and 3
-    assert colours.count(_SKIPPED) == 28               # the 6 skipped tiles plus the 4 masked diagonal cells
+    from helpers.diagrams.tiles import _LIVE, _MASKED
+    fig = tiles_diagram(8, 2, 2, 1)
+    s_x, s_y = fig.score_origin
+    cells = {(round(p.get_x() - s_x), round(p.get_y() - s_y)): p for p in fig.axes[0].patches
+             if isinstance(p, Rectangle) and p.get_width() == 1 and p.get_height() == 1 and p.get_fill()
+             and 0 <= p.get_x() - s_x < 8 and 0 <= p.get_y() - s_y < 8}
+    assert len(cells) == 64
+    colours = {key: to_hex(p.get_facecolor()) for key, p in cells.items()}
+    hatched = {key for key, p in cells.items() if p.get_hatch()}
+    assert len(hatched) == 24                                  # 6 tiles wholly in the future, never computed
+    assert all(c // 2 > r // 2 for c, r in hatched)            # (x, y) = (key column, query row)
+    masked = {key for key, colour in colours.items() if colour == _MASKED}
+    assert masked == {(1, 0), (3, 2)}                          # inside diagonal tiles 0 and 2, already computed
+    assert list(colours.values()).count(_LIVE) == 4            # the live 2 x 2 tile
+    assert list(colours.values()).count(PALETTE["scores"]) == 14  # tiles 0-3, less their 2 masked cells
+    assert fig.get_figwidth() <= 12.0
+
+
+def test_tiles_diagram_draws_values_and_accumulators():
+    fig = tiles_diagram(8, 2, 2, 1, d_k=4, d_v=3)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "Vᵀ" in texts and "(3, 8)" in texts and "(4, 8)" in texts and "accumulator" in texts
+
+
+def test_explorer_marks_masked_cells_only_once_their_tile_is_computed(qkv):
+    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=0)
+    ax = view.score_map.ax
+    grey = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_fill() and not p.get_hatch()
+            and p.get_width() == 1]
+    hatched = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_hatch()]
+    assert len(hatched) == 24 and len(grey) == 4               # 4 masked cells, one per diagonal tile
+    assert sum(p.get_visible() for p in grey) == 1             # tile 0 computed: only its masked cell
+    view.controls["step"].value = 9
+    assert all(p.get_visible() for p in grey)
+
+
+# --- checks moved here from the lesson --------------------------------------------------------------------
+@pytest.mark.parametrize("is_causal", [True, False])
+@pytest.mark.parametrize("tile_size", [1, 8, 64])
+def test_tiled_attention_on_batches_of_heads_equals_the_formula_and_sdpa(is_causal, tile_size):
+    import torch.nn.functional as F
+
+    from helpers.attention import scaled_dot_product_attention
+    from helpers.efficient import tiled_attention
+    generator = torch.Generator().manual_seed(0)
+    queries, keys, values = (torch.randn(2, 3, 37, 16, generator=generator) for _ in range(3))  # (B, H, T, D)
+    mask = causal_mask(37) if is_causal else None
+    expected, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)
+    got = tiled_attention(queries, keys, values, is_causal=is_causal, tile_size=tile_size)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-4)
+    torch.testing.assert_close(got, F.scaled_dot_product_attention(queries, keys, values, is_causal=is_causal),
+                               atol=1e-5, rtol=1e-4)
+
+
+def test_fast_layer_loads_state_dicts_both_ways_and_has_the_same_gradients():
+    from helpers.efficient import FastMultiHeadAttention
+    from helpers.modules import MultiHeadAttention
+    torch.manual_seed(1)
+    kwargs = dict(d_in=64, d_out=64, context_length=128, dropout=0.1, num_heads=4, qkv_bias=True)
+    big, big_fast = MultiHeadAttention(**kwargs).eval(), FastMultiHeadAttention(**kwargs).eval()
+    big_fast.load_state_dict(big.state_dict())
+    x = torch.randn(3, 100, 64, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(big_fast(x), big(x), atol=1e-5, rtol=1e-4)
+    big.load_state_dict(big_fast.state_dict())
+    big(x).square().sum().backward()
+    big_fast(x).square().sum().backward()
+    for p_slow, p_fast in zip(big.parameters(), big_fast.parameters()):
+        torch.testing.assert_close(p_fast.grad, p_slow.grad, atol=1e-4, rtol=1e-4)
+    assert len(list(big_fast.parameters())) == 8
+
+
+def test_builds_the_weights_tells_fused_kernels_from_the_math_path():
+    import torch.nn.functional as F
+
+    from helpers.efficient import aten_ops_called, builds_the_weights
+    q = k = v = torch.randn(1, 2, 16, 8)
+    with torch.no_grad():
+        assert not builds_the_weights(aten_ops_called(F.scaled_dot_product_attention, q, k, v, is_causal=True))
+        assert builds_the_weights(aten_ops_called(F.scaled_dot_product_attention, q, k, v, is_causal=True,
+                                                  dropout_p=0.5))
+
+
+def test_measure_time_and_scaling_plot():
+    from helpers.live.lesson07 import measure_time_ms, scaling_plot
+    assert measure_time_ms(lambda: torch.ones(10).sum(), repeats=2) >= 0.0
+    sizes = (64, 128, 256)
+    fig = scaling_plot(sizes, {n: [1.0, 4.0, 16.0] for n in ("explicit", "SDPA", "tiled")},
+                       {n: [1.0, 2.0, 4.0] for n in ("explicit", "SDPA", "tiled")})
+    time_ax, memory_ax = fig.axes
+    assert time_ax.get_xlabel() == "number of tokens T"
+    assert "slope 1: ∝ T" not in [t.get_text() for t in time_ax.texts]
+    assert [t.get_text() for t in memory_ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
+    assert figure_to_png(fig)[:4] == b"\x89PNG"

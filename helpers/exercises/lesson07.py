@@ -1,4 +1,4 @@
-"""Exercises for notebook 07: efficient attention (the online softmax behind flash attention)."""
+"""Exercises for notebook 07: efficient attention (the online softmax behind flash attention, and SDPA's masks)."""
 
 from __future__ import annotations
 
@@ -7,208 +7,194 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ..efficient import iter_tile_steps, peak_tensor_bytes
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, Rule, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, requires
 
-__all__ = ["online_update", "one_query_tiled", "causal_tiles_computed", "value_width_scale"]
+__all__ = ["merge_states", "padded_causal_sdpa", "one_query_tiled_bug"]
+
+_NEG_INF = float("-inf")
 
 
-# --- 1. fold one tile of scores into the running max and sum ------------------------------------------
-def _update_cases(g: torch.Generator) -> list[Case]:
-    first = (torch.full((3,), float("-inf")), torch.zeros(3), randn(g, 3, 4))
+# --- 1. merge two partial online-softmax states ------------------------------------------------------------
+def _state(scores: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(running_max, running_sum, accumulator) of rows ``scores`` (..., n) over ``values`` (n, d_v), in one go."""
+    running_max = scores.amax(dim=-1)
+    exp_scores = torch.exp(scores - running_max.unsqueeze(-1))
+    return running_max, exp_scores.sum(dim=-1), exp_scores @ values
+
+
+def _empty(rows: tuple[int, ...], d_v: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return torch.full(rows, _NEG_INF), torch.zeros(rows), torch.zeros(*rows, d_v)
+
+
+def _merge_cases(g: torch.Generator) -> list[Case]:
+    def two_parts(rows, keys_a, keys_b, d_v, shift_a=0.0, shift_b=0.0):
+        values_a, values_b = randn(g, keys_a, d_v), randn(g, keys_b, d_v)
+        part_a = _state(randn(g, *rows, keys_a, scale=2.0) + shift_a, values_a)
+        part_b = _state(randn(g, *rows, keys_b, scale=2.0) + shift_b, values_b)
+        return (*part_a, *part_b)
+
+    mixed = two_parts((4,), 3, 3, 2)
     return [
-        Case("the first tile (running max -inf, running sum 0), 3 rows x 4 keys", first),
-        Case("a tile whose scores beat the running max", (torch.tensor([0.5, 1.0]), torch.tensor([2.0, 1.5]),
-                                                          torch.tensor([[3.0, 0.0], [4.0, -1.0]]))),
-        Case("a tile below the running max", (torch.tensor([5.0, 6.0]), torch.tensor([1.2, 2.0]),
-                                              randn(g, 2, 3))),
-        Case("a batch of 2 x 4 rows, tile of 8 keys", (randn(g, 2, 4), torch.rand(2, 4, generator=g) + 1.0,
-                                                       randn(g, 2, 4, 8, scale=2.0))),
+        Case("3 rows, d_v = 4, part b holds the larger maxima", two_parts((3,), 5, 4, 4, shift_b=3.0)),
+        Case("3 rows, d_v = 4, part a holds the larger maxima", two_parts((3,), 4, 6, 4, shift_a=3.0)),
+        Case("4 rows, d_v = 2, the larger maximum sometimes in a, sometimes in b", mixed),
+        Case("2 rows, part b has seen no keys yet: (-inf, 0, 0)",
+             (*_state(randn(g, 2, 3), randn(g, 3, 3)), *_empty((2,), 3))),
+        Case("2 rows, part a has seen no keys yet: (-inf, 0, 0)",
+             (*_empty((2,), 3), *_state(randn(g, 2, 3), randn(g, 3, 3)))),
+        Case("2 rows, neither part has seen a key (every key hidden so far)", (*_empty((2,), 3), *_empty((2,), 3))),
+        Case("a batch of 2 x 3 rows, d_v = 5", two_parts((2, 3), 4, 7, 5, shift_a=1.0)),
     ]
 
 
-def _reference_update(running_max, running_sum, scores):
-    new_max = torch.maximum(running_max, scores.amax(dim=-1))
-    rebased = running_sum * torch.exp(running_max - new_max)
-    return new_max, rebased + torch.exp(scores - new_max.unsqueeze(-1)).sum(dim=-1)
+def _reference_merge(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    # Where both parts are empty the new max is -inf too: rescale against 0 there, so exp(-inf - 0) = 0, not nan.
+    finite_max = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
+    scale_a, scale_b = torch.exp(max_a - finite_max), torch.exp(max_b - finite_max)
+    return (new_max, sum_a * scale_a + sum_b * scale_b,
+            acc_a * scale_a.unsqueeze(-1) + acc_b * scale_b.unsqueeze(-1))
 
 
-def _solution_online_update(running_max, running_sum, scores):
-    new_max = torch.maximum(running_max, scores.max(dim=-1).values)        # (...,)
-    correction = torch.exp(running_max - new_max)                            # old terms were exp(s - old max)
-    new_sum = running_sum * correction + torch.exp(scores - new_max[..., None]).sum(dim=-1)
-    return new_max, new_sum
+def _solution_merge_states(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)                       # (...,)
+    safe_max = new_max.masked_fill(new_max == float("-inf"), 0.0)  # both parts empty: avoid -inf - (-inf)
+    correction_a = torch.exp(max_a - safe_max)                 # bring part a onto the common maximum
+    correction_b = torch.exp(max_b - safe_max)
+    new_sum = sum_a * correction_a + sum_b * correction_b
+    new_acc = acc_a * correction_a[..., None] + acc_b * correction_b[..., None]   # (..., d_v)
+    return new_max, new_sum, new_acc
 
 
-online_update = FunctionExercise(
-    "Online softmax update",
-    "write online_update(running_max, running_sum, scores): fold a tile of `scores` (..., tile) into each row's "
-    "running maximum m_i (`running_max`, shape (...)) and running sum ℓ_i = Σ_j exp(s_ij - m_i) over the keys seen "
-    "so far (`running_sum`, shape (...)); return the pair (new_max, new_sum).",
-    reference=_reference_update,
-    cases=_update_cases,
-    hint=["Start with the maximum: which numbers can it be, once this tile has been seen?",
-          "Every term of the old running sum has the form exp(s - old max). What must each of them become so "
-          "that it can be added to the tile's terms, and what single factor does that for all of them at once?"],
-    solution=_solution_online_update,
+def _merge_without_guard(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    ca, cb = torch.exp(max_a - new_max), torch.exp(max_b - new_max)
+    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
+def _merge_upside_down(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    ca, cb = torch.exp(new_max - max_a), torch.exp(new_max - max_b)
+    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
+def _merge_sums_only(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max, new_sum, _ = _reference_merge(max_a, sum_a, acc_a, max_b, sum_b, acc_b)
+    return new_max, new_sum, acc_a + acc_b
+
+
+merge_states = FunctionExercise(
+    "Merge two partial states",
+    "write merge_states(max_a, sum_a, acc_a, max_b, sum_b, acc_b): two online softmaxes ran over two different "
+    "blocks of keys for the same query rows; part a ended with running max m (`max_a`, shape (...)), running sum ℓ "
+    "(`sum_a`, shape (...)) and accumulator acc (`acc_a`, shape (..., d_v)), part b likewise. Return the state "
+    "(new_max, new_sum, new_acc) after all the keys of both parts. A part that has seen no keys is (-inf, 0, 0): "
+    "merging it must give the other part back, and two empty parts give (-inf, 0, 0), never nan.",
+    reference=_reference_merge,
+    cases=_merge_cases,
+    hint=["Each part's sum and accumulator are measured against its own maximum. Which maximum should the merged "
+          "state use, and what must happen to each part before the two can be added?",
+          "Try your function on two empty parts and look for exp(-inf - (-inf))."],
+    solution=_solution_merge_states,
     mistakes=[
-        Mistake(lambda m, s, x: (torch.maximum(m, x.amax(-1)),
-                                 s + torch.exp(x - torch.maximum(m, x.amax(-1))[..., None]).sum(-1)),
-                "the new max is right, but the old running sum was added as it was. Its terms were measured "
-                "against the old max, the tile's against the new one: they cannot be added until they share one."),
-        Mistake(lambda m, s, x: (torch.maximum(m, x.amax(-1)), s * torch.exp(m - torch.maximum(m, x.amax(-1)))
-                                 + torch.exp(x - m[..., None]).sum(-1)),
-                "the tile's terms use the OLD max. Everything in the sum must be relative to the new max."),
-        Mistake(lambda m, s, x: (x.amax(-1), s * torch.exp(m - x.amax(-1)) + torch.exp(x - x.amax(-1)[..., None]).sum(-1)),
-                "your new max is the tile's max only; it must be the larger of the running max and the tile's max."),
+        Mistake(lambda ma, la, aa, mb, lb, ab: (torch.maximum(ma, mb), la + lb, aa + ab),
+                "you added the two parts as they were. Part a's terms are exp(s - m_a), part b's exp(s - m_b): "
+                "they can only be added once both are measured against the same maximum."),
+        Mistake(_merge_sums_only,
+                "the maximum and the running sum are right, but the accumulators were added as they were. They were "
+                "summed against each part's own maximum, exactly like the sums."),
+        Mistake(_merge_without_guard,
+                "right whenever one part has seen a key, but two empty parts give nan: their maxima are both -inf, "
+                "and exp(-inf - (-inf)) is nan. An empty merged state must stay (-inf, 0, 0)."),
+        Mistake(_merge_upside_down,
+                "your correction factors are upside down: they grow the part with the smaller maximum. A term "
+                "exp(s - m_a) becomes exp(s - m) by multiplying it with exp(m_a - m), which is at most 1."),
     ],
 )
 
 
-# --- 2. one query, tile by tile --------------------------------------------------------------------------
-class _OneTileAtATime(Rule):
-    """Rule: on ``num_keys`` keys, the tensors the function creates never hold as many numbers as there are keys.
-
-    Measured with :func:`helpers.efficient.peak_tensor_bytes` (the largest total of tensors alive at once); a
-    tile-by-tile answer stays near a few tiles, whereas all T scores or weights of float32 take 4 * T bytes.
-    """
-
-    def __init__(self, num_keys: int, tile_size: int):
-        self.num_keys, self.tile_size = num_keys, tile_size
-
-    def before(self, function) -> str | None:
-        g = torch.Generator().manual_seed(1)
-        args = (randn(g, 8), randn(g, self.num_keys, 8), randn(g, self.num_keys, 4), self.tile_size)
-        try:
-            with torch.no_grad():
-                _, peak = peak_tensor_bytes(function, *args)
-        except Exception:  # errors are reported, with their inputs, by the value check
-            return None
-        limit = self.num_keys * 4  # one float32 number per key
-        if peak >= limit:
-            return (f"on {self.num_keys:,} keys in tiles of {self.tile_size}, the tensors your function creates "
-                    f"reach {peak:,} bytes at once: as much as one float32 score or weight for every key "
-                    f"({limit:,} bytes) or more. The task asks for one tile at a time: compute the scores of a tile "
-                    f"inside the loop, fold them in, and let them go.")
-        return None
-
-    def __repr__(self) -> str:
-        return f"one_tile_at_a_time(num_keys={self.num_keys})"
+# --- 2. SDPA with a causal and a padding mask -----------------------------------------------------------------
+def _padded_cases(g: torch.Generator) -> list[Case]:
+    def qkv(batch, heads, tokens, d_k, d_v):
+        return randn(g, batch, heads, tokens, d_k), randn(g, batch, heads, tokens, d_k), randn(g, batch, heads,
+                                                                                                tokens, d_v)
+    return [
+        Case("2 sequences of T = 5 (lengths 5 and 3), 1 head", (*qkv(2, 1, 5, 4, 4), torch.tensor([5, 3]))),
+        Case("3 sequences of T = 6 (lengths 6, 1 and 4), 2 heads, d_v = 3",
+             (*qkv(3, 2, 6, 4, 3), torch.tensor([6, 1, 4]))),
+        Case("1 sequence of T = 4 without padding, 4 heads", (*qkv(1, 4, 4, 8, 8), torch.tensor([4]))),
+        Case("2 sequences of T = 7 (lengths 2 and 7), 3 heads", (*qkv(2, 3, 7, 4, 4), torch.tensor([2, 7]))),
+    ]
 
 
+def _hide(num_tokens: int, lengths: torch.Tensor) -> torch.Tensor:
+    """The course's mask M (True = hide), (B, 1, T, T): future keys and padding keys."""
+    positions = torch.arange(num_tokens)
+    future = positions[None, :] > positions[:, None]                      # (T, T)
+    padding = positions[None, None, :] >= lengths[:, None, None]          # (B, 1, T): key j is padding
+    return (future[None] | padding)[:, None]                              # (B, 1, T, T)
+
+
+def _reference_padded(queries, keys, values, lengths):
+    return scaled_dot_product_attention(queries, keys, values, mask=_hide(queries.shape[-2], lengths))[0]
+
+
+def _solution_padded_causal_sdpa(queries, keys, values, lengths):
+    num_tokens = queries.shape[-2]
+    positions = torch.arange(num_tokens)
+    past = positions[None, :] <= positions[:, None]                       # (T, T): key j at or before query i
+    real = positions[None, :] < lengths[:, None]                          # (B, T): key j is a real token
+    take_part = past[None] & real[:, None, :]                             # (B, T, T)
+    return torch.nn.functional.scaled_dot_product_attention(
+        queries, keys, values, attn_mask=take_part[:, None])              # (B, 1, T, T) broadcasts over heads
+
+
+def _sdpa_with(mask_fn):
+    def wrong(queries, keys, values, lengths):
+        return torch.nn.functional.scaled_dot_product_attention(queries, keys, values,
+                                                                attn_mask=mask_fn(queries.shape[-2], lengths))
+    return wrong
+
+
+padded_causal_sdpa = FunctionExercise(
+    "Causal attention on a padded batch with SDPA",
+    "write padded_causal_sdpa(queries, keys, values, lengths): queries and keys (B, H, T, d_k), values "
+    "(B, H, T, d_v); sequence b of the batch holds lengths[b] real tokens followed by padding. Return the context "
+    "vectors (B, H, T, d_v) in which every query attends only to keys that are at or before its own position AND "
+    "are real tokens. Compute them with torch.nn.functional.scaled_dot_product_attention (one attn_mask has to say "
+    "both: SDPA does not accept is_causal=True together with an attn_mask on every path).",
+    reference=_reference_padded,
+    cases=_padded_cases,
+    hint=["Write down the (T, T) table of which key each query may use for a sequence of length 3 in T = 5. "
+          "Which of SDPA's two ways of masking can say that?",
+          "Build it from two simpler tables (position vs position, position vs length) and check its shape against "
+          "the scores (B, H, T, T): which dimension can stay 1?"],
+    solution=_solution_padded_causal_sdpa,
+    rules=[requires("torch.nn.functional.scaled_dot_product_attention",
+                    why="The exercise is about SDPA's own masks.")],
+    mistakes=[
+        Mistake(lambda q, k, v, n: torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True),
+                "the future is hidden, but the padding keys still take part: a query of a short sequence attends to "
+                "padding."),
+        Mistake(_sdpa_with(lambda t, n: ~_hide(t, n) | torch.ones(t, t, dtype=torch.bool).triu(1)),
+                "the padding keys are hidden, but every query sees the future: the mask must also hide later keys."),
+        Mistake(_sdpa_with(_hide),
+                "your mask says True where a key must be HIDDEN, this course's convention. In SDPA's attn_mask, "
+                "True means 'takes part'."),
+        Mistake(_sdpa_with(lambda t, n: (torch.ones(t, t, dtype=torch.bool).tril()[None]
+                                         & (torch.arange(t)[:, None] < n[:, None, None]))[:, None]),
+                "your mask hides the padding QUERIES (rows), not the padding KEYS (columns): a padding token must "
+                "not be attended to, whoever asks."),
+    ],
+)
+
+
+# --- 3. spot the bug: one query, tile by tile ---------------------------------------------------------------
 def _one_query_cases(g: torch.Generator) -> list[Case]:
-    return [
-        Case("10 keys, d_k=4, d_v=3, tiles of 4 (the last tile is short)", (randn(g, 4), randn(g, 10, 4),
-                                                                            randn(g, 10, 3), 4)),
-        Case("8 keys with large scores, tiles of 2", (randn(g, 6, scale=4.0), randn(g, 8, 6, scale=4.0),
-                                                      randn(g, 8, 2), 2)),
-        Case("5 keys, one tile holding them all", (randn(g, 3), randn(g, 5, 3), randn(g, 5, 5), 8)),
-    ]
-
-
-def _solution_one_query_tiled(query, keys, values, tile_size):
-    scale = 1 / math.sqrt(keys.shape[-1])
-    running_max = torch.tensor(float("-inf"))
-    running_sum = torch.tensor(0.0)
-    accumulator = torch.zeros(values.shape[-1])
-    for start in range(0, keys.shape[0], tile_size):
-        scores = keys[start:start + tile_size] @ query * scale     # (tile,)
-        new_max = torch.maximum(running_max, scores.max())
-        correction = torch.exp(running_max - new_max)               # rebase what was summed so far
-        weights = torch.exp(scores - new_max)                       # (tile,), unnormalised
-        running_sum = running_sum * correction + weights.sum()
-        accumulator = accumulator * correction + weights @ values[start:start + tile_size]
-        running_max = new_max
-    return accumulator / running_sum                                # (d_v,)
-
-
-def _per_tile_softmax_mean(query, keys, values, tile_size):
-    scale = 1 / math.sqrt(keys.shape[-1])
-    parts = [torch.softmax(keys[s:s + tile_size] @ query * scale, dim=-1) @ values[s:s + tile_size]
-             for s in range(0, keys.shape[0], tile_size)]
-    return torch.stack(parts).mean(dim=0)
-
-
-one_query_tiled = FunctionExercise(
-    "One query, tile by tile",
-    "write one_query_tiled(query, keys, values, tile_size): the context vector softmax(q Kᵀ / sqrt(d_k)) V of one "
-    "query (d_k,), visiting the keys (T, d_k) and values (T, d_v) tile_size rows at a time with a running max, "
-    "running sum and running weighted sum. Never hold a score or a weight for every key at once: at most one "
-    "tile's worth (the checker measures the tensors your function creates on 4,096 keys).",
-    reference=lambda q, k, v, tile: scaled_dot_product_attention(q[None], k, v)[0][0],
-    cases=_one_query_cases,
-    hint=["Exercise 1 already folds a tile into m and ℓ. What else must be carried from tile to tile to end with "
-          "a weighted sum of value vectors?",
-          "Whatever you carry was summed against the old maximum, just like ℓ. When is it safe to divide by ℓ?"],
-    solution=_solution_one_query_tiled,
-    rules=[_OneTileAtATime(num_keys=4096, tile_size=64)],
-    mistakes=[
-        Mistake(_per_tile_softmax_mean,
-                "you took a softmax inside every tile and averaged the tiles. Tiles are not equally important: "
-                "a tile's share depends on its scores relative to ALL keys. Carry a running max and sum instead."),
-    ],
-    atol=1e-5,
-)
-
-
-# --- 3. predict: how many tiles does causal tiled attention compute? ------------------------------------
-def _tile_count_cases(g: torch.Generator) -> list[Case]:
-    return [
-        Case("T = 8 tokens, tiles of 2 (the slider of the lesson)", (8, 2)),
-        Case("T = 10, tiles of 4 (the last tile is short)", (10, 4)),
-        Case("T = 37, tiles of 8", (37, 8)),
-        Case("T = 5, one tile larger than the sequence", (5, 8)),
-        Case("T = 1024, tiles of 128", (1024, 128)),
-        Case("T = 1, tiles of 1", (1, 1)),
-    ]
-
-
-def _reference_tile_count(num_tokens, tile_size):
-    # count the tiles that iter_tile_steps really visits
-    queries = torch.zeros(num_tokens, 1)
-    return sum(1 for _ in iter_tile_steps(queries, queries, queries, is_causal=True, tile_size=tile_size))
-
-
-def _solution_causal_tiles_computed(num_tokens, tile_size):
-    num_blocks = math.ceil(num_tokens / tile_size)       # blocks of rows = blocks of columns; the last may be short
-    return num_blocks * (num_blocks + 1) // 2            # block row i computes key blocks 0..i
-
-
-causal_tiles_computed = FunctionExercise(
-    "Predict the number of tiles",
-    "write causal_tiles_computed(num_tokens, tile_size): how many (tile_size, tile_size) tiles of the score "
-    "matrix causal tiled attention computes for num_tokens tokens (tiles wholly in the future are skipped; the "
-    "last row and column of tiles may be shorter). Return an int, worked out from the two numbers: do not run "
-    "iter_tile_steps or tiled_attention to count them.",
-    reference=_reference_tile_count,
-    cases=_tile_count_cases,
-    hint=["Draw the (T, T) score matrix of the slider (8 tokens, tiles of 2) cut into tiles, and shade the ones that "
-          "were computed. How many tiles does each block of query rows compute?",
-          "First count the blocks along one side; 10 tokens in tiles of 4 make more than two of them."],
-    solution=_solution_causal_tiles_computed,
-    rules=[forbids("helpers.efficient.iter_tile_steps", "helpers.efficient.tiled_attention",
-                   why="Predict the count from T and the tile size.")],
-    mistakes=[
-        Mistake(lambda t, b: math.ceil(t / b) ** 2,
-                "you counted every tile of the square. Causal attention never computes a tile that lies wholly "
-                "above the diagonal: those keys are all in the future of those queries."),
-        Mistake(lambda t, b: (t // b) * (t // b + 1) // 2,
-                "your count of blocks per side rounds down, so a short last block (10 tokens in tiles of 4) or a "
-                "tile larger than the sequence is lost. A short block is still a block."),
-        Mistake(lambda t, b: math.ceil(t / b) * (math.ceil(t / b) - 1) // 2,
-                "you left out the tiles on the diagonal. They straddle it: part of each is in the past, so they "
-                "are computed (and masked inside)."),
-        Mistake(lambda t, b: math.ceil(t / b) ** 2 / 2,
-                "half of the square is close, but not exact: the diagonal tiles are computed in full."),
-    ],
-)
-
-
-# --- 4. spot the bug: scaling by the wrong width ------------------------------------------------------------
-def _wide_value_cases(g: torch.Generator) -> list[Case]:
-    return [Case("9 keys, d_k=4, d_v=4, tiles of 3", (randn(g, 4), randn(g, 9, 4), randn(g, 9, 4), 3)),
-            Case("9 keys, d_k=4, d_v=16, tiles of 3", (randn(g, 4), randn(g, 9, 4), randn(g, 9, 16), 3))]
+    return [Case("9 keys, d_k = 4, d_v = 4, tiles of 3", (randn(g, 4), randn(g, 9, 4), randn(g, 9, 4), 3)),
+            Case("10 keys, d_k = 4, d_v = 16, tiles of 4", (randn(g, 4), randn(g, 10, 4), randn(g, 10, 16), 4)),
+            Case("7 keys, d_k = 9, d_v = 2, tiles of 2", (randn(g, 9), randn(g, 7, 9), randn(g, 7, 2), 2))]
 
 
 def buggy_one_query_tiled(query, keys, values, tile_size):
@@ -219,24 +205,39 @@ def buggy_one_query_tiled(query, keys, values, tile_size):
         scores = keys[start:start + tile_size] @ query * scale
         new_max = torch.maximum(running_max, scores.max())
         correction = torch.exp(running_max - new_max)
-        weights = torch.exp(scores - new_max)
-        running_sum = running_sum * correction + weights.sum()
-        accumulator = accumulator * correction + weights @ values[start:start + tile_size]
+        exp_scores = torch.exp(scores - new_max)
+        running_sum = running_sum * correction + exp_scores.sum()
+        accumulator = accumulator * correction + exp_scores @ values[start:start + tile_size]
         running_max = new_max
     return accumulator / running_sum
 
 
-value_width_scale = SpotTheBug(
-    "Spot the bug: the scale of the scores",
-    "this tiled attention for one query agrees with the formula when keys and values are equally wide, and not "
-    "otherwise. Fix it.",
+def _solution_one_query_tiled(query, keys, values, tile_size):
+    scale = 1 / math.sqrt(keys.shape[-1])                          # d_k: the width of the dot products
+    running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
+    accumulator = torch.zeros(values.shape[-1])
+    for start in range(0, keys.shape[0], tile_size):
+        scores = keys[start:start + tile_size] @ query * scale     # (tile,)
+        new_max = torch.maximum(running_max, scores.max())
+        correction = torch.exp(running_max - new_max)
+        exp_scores = torch.exp(scores - new_max)
+        running_sum = running_sum * correction + exp_scores.sum()
+        accumulator = accumulator * correction + exp_scores @ values[start:start + tile_size]
+        running_max = new_max
+    return accumulator / running_sum                                # (d_v,)
+
+
+one_query_tiled_bug = SpotTheBug(
+    "Spot the bug: one query, tile by tile",
+    "this tiled attention for one query (d_k,) over keys (T, d_k) and values (T, d_v) returns the right context "
+    "vector for some inputs and a wrong one for others. Find the bug and write the fixed function.",
     reference=lambda q, k, v, tile: scaled_dot_product_attention(q[None], k, v)[0][0],
-    cases=_wide_value_cases,
-    hint=["Run the buggy function and the formula on keys 4 wide and values 16 wide: which single number differs "
-          "between the two computations?",
-          "In softmax(q Kᵀ / sqrt(d_k)), d_k is the width of the vectors whose dot product makes a score."],
+    cases=_one_query_cases,
+    hint=["Run it next to the formula softmax(q Kᵀ / √d_k) V on inputs of a few different shapes. Which shapes "
+          "does it get right?",
+          "Once you know which shapes break it, read every line that takes a size from a shape."],
     solution=_solution_one_query_tiled,
     buggy=buggy_one_query_tiled,
     bug_message="the scores are scaled by 1/sqrt(d_v), the width of the VALUES. The dot products run over the "
-                "keys' features: scale by 1/sqrt(keys.shape[-1]).",
+                "keys' features: scale by the keys' width d_k.",
 )

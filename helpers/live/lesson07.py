@@ -1,22 +1,26 @@
-"""Live picture of notebook 07: causal tiled attention, one tile per slider step.
+"""Live picture and measuring plumbing of notebook 07: causal tiled attention, one tile per slider step.
 
-``tile_explorer(tokens, queries, keys, values, tile_size=2)`` shows, after each tile, the scaled scores computed
-so far (the live tile outlined in red) and each query row's running maximum m_i and running sum ell_i.
-``tile_snapshots`` is the data behind it, one dict per tile, for printing and for tests.
+``tile_explorer(tokens, queries, keys, values, tile_size=2)`` shows, after each tile (counted from 0), the scaled
+scores computed so far (the live tile outlined in red) and each query row's running maximum m_i and running sum
+ell_i. ``tile_snapshots`` is the data behind it, one dict per tile, for printing and for tests.
+``measure_time_ms`` and ``scaling_plot`` time the three ways of computing attention and draw the result.
 """
 
 from __future__ import annotations
 
 import math
+import time
 
 import torch
-from matplotlib.patches import Rectangle
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch, Rectangle
 
+from ..diagrams._draw import PALETTE
 from ..efficient import iter_tile_steps
 from ..plotting import Bars, Heatmap, new_figure
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer"]
+__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer", "measure_time_ms", "scaling_plot"]
 
 
 def _scaled_scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -64,68 +68,150 @@ def final_row_statistics(queries: torch.Tensor, keys: torch.Tensor) -> tuple[tor
 
 
 def _show_rows(bars: Bars, values: torch.Tensor, live_rows: range) -> None:
-    # nan = row not started yet: hide its bar and number; paint the live tile's rows red
+    # nan = row not started yet: hide its bar; paint the live tile's rows red
     bars.update(torch.nan_to_num(values, nan=0.0))
     for index, (bar, value) in enumerate(zip(bars.bars, values.tolist())):
         bar.set_visible(not math.isnan(value))
         bar.set_color(bars.highlight_color if index in live_rows else bars.color)
-        bars.texts[index].set_visible(not math.isnan(value))
+
+
+def _tile_of_each_cell(num_tokens: int, tile_size: int) -> list[list[int | None]]:
+    """For causal tiles visited row block by row block: the index of the tile that computes each cell, or None."""
+    num_blocks = math.ceil(num_tokens / tile_size)
+    order = [(qb, kb) for qb in range(num_blocks) for kb in range(qb + 1)]
+    return [[order.index((r // tile_size, c // tile_size)) if c // tile_size <= r // tile_size else None
+             for c in range(num_tokens)] for r in range(num_tokens)]
 
 
 def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, *,
                   tile_size: int = 2, step: int | None = None) -> LiveFigure:
     """A slider over the tiles of causal tiled attention on ``(T, d)`` queries, keys and values.
 
-    Left: the scaled scores s_ij / sqrt(d_k) computed so far, the live tile outlined in red. Right: each
-    query row's running max m_i and running sum ell_i after that tile (black ticks: their final values).
-    ``step`` is the tile shown first (default: the middle one). The returned figure has ``snapshots``,
-    ``score_map``, ``max_bars`` and ``sum_bars`` for inspection.
+    Left: the scaled scores s_ij / sqrt(d_k) computed so far (colours centred on 0), the live tile outlined in red,
+    cells masked inside a diagonal tile in grey, tiles never computed hatched. Right: each query row's running max
+    m_i and running sum ell_i after that tile (black ticks: their final values). Tiles count from 0; ``step`` is
+    the tile shown first (default: the middle one). The returned figure has ``snapshots``, ``score_map``,
+    ``max_bars`` and ``sum_bars`` for inspection.
     """
     queries, keys, values = (t.detach().cpu().float() for t in (queries, keys, values))
     snapshots = tile_snapshots(queries, keys, values, tile_size=tile_size)
     if len(tokens) != queries.shape[0]:
         raise ValueError(f"tokens must have one entry per query row ({queries.shape[0]}), got {len(tokens)}")
-    step = (len(snapshots) + 1) // 2 if step is None else step
-    if not 1 <= step <= len(snapshots):
-        raise ValueError(f"step must be in [1, {len(snapshots)}], got {step}")
+    step = (len(snapshots) - 1) // 2 if step is None else step
+    if not 0 <= step < len(snapshots):
+        raise ValueError(f"step must be in [0, {len(snapshots) - 1}], got {step}")
     final_max, final_sum = final_row_statistics(queries, keys)
     all_scores = _scaled_scores(queries, keys)
     num_tokens = len(tokens)
+    limit = float(all_scores.abs().max())  # a diverging scale centred on 0
 
-    fig = new_figure(11, 5, ncols=2, nrows=2)
+    fig = new_figure(11, 5.2, ncols=2, nrows=2)
     grid = fig.axes[0].get_subplotspec().get_gridspec()
     for ax in (fig.axes[0], fig.axes[2]):  # the left column becomes one tall axes
         fig.delaxes(ax)
     max_ax, sum_ax = list(fig.axes)
     score_ax = fig.add_subplot(grid[:, 0])
-    score_map = Heatmap(score_ax, snapshots[0]["scores"], tokens, tokens, cmap="coolwarm",
-                        vmin=float(all_scores.min()), vmax=float(all_scores.max()),
+    score_map = Heatmap(score_ax, snapshots[0]["scores"], tokens, tokens, cmap="coolwarm", vmin=-limit, vmax=limit,
                         colorbar_label="scaled score $s_{ij}/\\sqrt{d_k}$")
+    tile_of = _tile_of_each_cell(num_tokens, tile_size)
+    masked_cells = []  # (tile index, patch): computed, then masked to -inf; shown once their tile is reached
+    for r in range(num_tokens):
+        for c in range(r + 1, num_tokens):
+            if tile_of[r][c] is None:  # the whole tile is in the future: never computed
+                score_ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor="white", edgecolor="#bdbdbd",
+                                             hatch="////", linewidth=0, zorder=2.1))
+            else:
+                masked_cells.append((tile_of[r][c], score_ax.add_patch(
+                    Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=PALETTE["mask"], linewidth=0, zorder=2.1))))
     live_tile = score_ax.add_patch(Rectangle((-0.5, -0.5), tile_size, tile_size, fill=False, edgecolor="red",
                                              linewidth=3, clip_on=False, zorder=5))
-    max_bars = Bars(max_ax, torch.zeros(num_tokens), tokens, annotate=True, xlabel="",
+    score_ax.legend(handles=[Patch(facecolor=PALETTE["mask"], label="masked to $-\\infty$"),
+                             Patch(facecolor="white", edgecolor="#bdbdbd", hatch="////", label="never computed"),
+                             Patch(facecolor="white", edgecolor="#525252", label="not reached yet")],
+                    loc="upper right", fontsize=8.5, framealpha=1.0)
+    max_bars = Bars(max_ax, torch.zeros(num_tokens), tokens, xlabel="",
                     ylabel="running max $m_i$",
-                    ylim=(min(0.0, float(final_max.min())) - 0.3, float(final_max.max()) + 0.6))
-    sum_bars = Bars(sum_ax, torch.zeros(num_tokens), tokens, annotate=True, xlabel="query token",
-                    ylabel="running sum $\\ell_i$", ylim=(0.0, float(final_sum.max()) + 1.0))
-    max_ax.scatter(range(num_tokens), final_max, marker="_", s=300, color="black", zorder=3)
-    sum_ax.scatter(range(num_tokens), final_sum, marker="_", s=300, color="black", zorder=3)
-    max_ax.set_title("red: the rows of the live tile; black ticks: final values", fontsize=10)
+                    ylim=(min(0.0, float(final_max.min())) - 0.3, float(final_max.max()) + 0.4))
+    sum_bars = Bars(sum_ax, torch.zeros(num_tokens), tokens, xlabel="query token",
+                    ylabel="running sum $\\ell_i$", ylim=(0.0, float(final_sum.max()) + 0.5))
+    for ax, final in ((max_ax, final_max), (sum_ax, final_sum)):
+        ax.scatter(range(num_tokens), final, marker="_", s=400, linewidths=2, color="black", zorder=3)
+    max_ax.legend(handles=[Patch(color=max_bars.highlight_color, label="rows of the live tile"),
+                           Line2D([], [], color="black", marker="_", markersize=14, markeredgewidth=2, linestyle="",
+                                  label="final value, after the row's last tile")],
+                  loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, fontsize=9, frameon=False)
 
     def redraw(step: int) -> None:
-        state = snapshots[step - 1]
+        state = snapshots[step]
         rows, cols = state["rows"], state["cols"]
-        score_map.update(state["scores"], title=f"Tile {step} of {len(snapshots)}: query rows {rows.start}–"
-                                                f"{rows.stop - 1} × key columns {cols.start}–{cols.stop - 1}")
-        for row in score_map.texts:  # no numbers in the cells not computed yet
-            for text in row:
-                text.set_visible(text.get_text() != "nan")
+        score_map.update(state["scores"], title=f"Tile {step} (of {len(snapshots)}, counted from 0): query rows "
+                                                f"{rows.start}–{rows.stop - 1} × key columns {cols.start}–"
+                                                f"{cols.stop - 1}")
+        for i, row in enumerate(score_map.texts):  # numbers only where computed; dark text on pale colours
+            for j, text in enumerate(row):
+                value = float(state["scores"][i, j])
+                text.set_visible(not math.isnan(value))
+                text.set_color("white" if abs(value) > 0.6 * limit else "black")
+        for tile, patch in masked_cells:
+            patch.set_visible(tile <= step)
         live_tile.set_xy((cols.start - 0.5, rows.start - 0.5))
         live_tile.set_width(len(cols))
         live_tile.set_height(len(rows))
         _show_rows(max_bars, state["running_max"], rows)
         _show_rows(sum_bars, state["running_sum"], rows)
 
-    view = LiveFigure(fig, redraw, {"step": int_slider("tile", step, 1, len(snapshots))}, animated=[live_tile])
+    view = LiveFigure(fig, redraw, {"step": int_slider("tile", step, 0, len(snapshots) - 1)},
+                      animated=[live_tile, *(patch for _, patch in masked_cells)])
     view.snapshots, view.score_map, view.max_bars, view.sum_bars = snapshots, score_map, max_bars, sum_bars
     return view
+
+
+# --- section 5: time and memory as T grows ----------------------------------------------------------------
+def measure_time_ms(path, device: torch.device | str = "cpu", repeats: int = 5) -> float:
+    """The best of ``repeats`` wall-clock times of ``path()``, in milliseconds, after one warm-up call.
+
+    The best run is the one least disturbed by whatever else the machine is doing. On a GPU, PyTorch returns
+    before the GPU has finished its work; ``torch.cuda.synchronize()`` waits for it, so that the clock measures
+    the work and not only the launch.
+    """
+    synchronize = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
+    path()
+    times = []
+    for _ in range(repeats):
+        synchronize()
+        start = time.perf_counter()
+        path()
+        synchronize()
+        times.append((time.perf_counter() - start) * 1000)
+    return min(times)
+
+
+def _slope_triangle(ax, x0: float, y0: float, slope: int, text: str) -> None:
+    # a right triangle on log-log axes: one doubling of T along the bottom, 2**slope up the side
+    x1, y1 = 2 * x0, y0 * 2**slope
+    ax.plot([x0, x1, x1, x0], [y0, y0, y1, y0], color="gray", linewidth=1)
+    ax.text(x1 * 1.06, (y0 * y1) ** 0.5, text, color="gray", va="center", fontsize=9)
+
+
+def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
+    """Time per call and peak memory of each path against T, on log-log axes, with slope triangles."""
+    fig = new_figure(10.5, 4, ncols=2)
+    time_ax, memory_ax = list(fig.axes)
+    for name, marker in (("explicit", "o"), ("SDPA", "s"), ("tiled", "^")):
+        time_ax.loglog(sizes, time_ms[name], marker=marker, label=name)
+        memory_ax.loglog(sizes, peak_mib[name], marker=marker, label=name)
+    for ax, measured, slopes in ((time_ax, time_ms, (2,)), (memory_ax, peak_mib, (2, 1))):
+        top = max(max(values) for values in measured.values())
+        bottom = min(min(values) for values in measured.values())
+        ax.set_ylim(bottom / 2, top * 3)
+        y0 = top * 3 / 2**3.3
+        for slope in slopes:  # stacked in the empty upper left corner, clear of the data
+            _slope_triangle(ax, sizes[0] * 1.05, y0, slope, f"slope {slope}: ∝ T{'²' if slope == 2 else ''}")
+            y0 /= 5
+        ax.set_xlabel("number of tokens T")
+        ax.legend(loc="lower right")
+    time_ax.set_ylabel("milliseconds per call")
+    time_ax.set_title("Time per call, this machine (log-log)")
+    memory_ax.set_ylabel("peak MiB of tensors created")
+    memory_ax.set_title("Peak memory, counted on the CPU (log-log)")
+    return fig
