@@ -76,12 +76,14 @@ class Heatmap:
         vmin, vmax: fixed colour range; ``None`` follows the data on every update.
         annotate: write each value in its cell with ``fmt``.
         colorbar_label: label of the colour bar.
+        value_fontsize: size of the numbers in the cells; default 9 points (7.5 beyond 8 columns).
     """
 
     def __init__(self, ax: Axes, matrix, row_labels: Sequence[str], col_labels: Sequence[str], *,
                  title: str = "", xlabel: str = "key token", ylabel: str = "query token",
                  cmap: str = "viridis", vmin: float | None = None, vmax: float | None = None,
-                 annotate: bool = True, fmt: str = "{:.2f}", colorbar_label: str = ""):
+                 annotate: bool = True, fmt: str = "{:.2f}", colorbar_label: str = "",
+                 value_fontsize: float | None = None):
         data = _as_matrix("matrix", matrix)
         rows, cols = data.shape
         if len(row_labels) != rows or len(col_labels) != cols:
@@ -103,7 +105,9 @@ class Heatmap:
         ax.set_title(title)
         self.colorbar = ax.figure.colorbar(self.image, ax=ax, label=colorbar_label)
         # Up to 8 columns fit 9-point numbers; wider heatmaps get smaller ones so neighbours do not touch.
-        self.values = CellValues(ax, rows, cols, fontsize=9 if cols <= 8 else 7.5) if annotate else None
+        if value_fontsize is None:
+            value_fontsize = 9 if cols <= 8 else 7.5
+        self.values = CellValues(ax, rows, cols, fontsize=value_fontsize) if annotate else None
         self.texts = self.values.cells if annotate else None  # texts[i][j]: the number in cell (i, j)
         self._row_outline: Rectangle | None = None
         self._write_values(data)
@@ -312,12 +316,13 @@ def _animate(*artists) -> None:
         artist.set_animated(True)
 
 
-def plot_heatmap(matrix, row_labels: Sequence[str], col_labels: Sequence[str], **options) -> Figure:
-    """A new figure holding one :class:`Heatmap`; ``options`` are passed to it.
+def plot_heatmap(matrix, row_labels: Sequence[str], col_labels: Sequence[str], *, width: float = 5.0,
+                 height: float = 4.2, **options) -> Figure:
+    """A new ``width`` x ``height``-inch figure holding one :class:`Heatmap`; ``options`` are passed to it.
 
     End a notebook cell with the returned figure to display it.
     """
-    fig = new_figure()
+    fig = new_figure(width, height)
     Heatmap(fig.axes[0], matrix, row_labels, col_labels, **options)
     return fig
 

@@ -95,3 +95,14 @@ def test_the_score_matrix_example_of_the_exercise_core_still_works():
     # Not offered by the notebook (it computes X Xᵀ in front of the learner); tests/test_exercises.py uses it.
     assert "score_matrix" not in lesson01.__all__
     assert lesson01.score_matrix.check(lambda x: x @ x.T).passed
+
+
+def test_the_lesson_shows_keepdim_before_the_cosine_exercise_needs_it():
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "01_dot_product_scores.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    exercise = next(i for i, c in enumerate(cells) if "lesson01.cosine_scores.check(" in "".join(c["source"]))
+    lesson_code = ["".join(c["source"]) for c in cells[:exercise] if c["cell_type"] == "code"]
+    assert any("keepdim=True" in source for source in lesson_code)

@@ -136,3 +136,82 @@ def test_retrieval_diagram_of_notebook_01_shows_the_vectors_and_frames_the_score
     assert outlined[0].get_x() == pytest.approx(keys[0].get_x()) and outlined[0].get_width() == 3
     assert min(t.get_fontsize() for t in ax.texts) >= 9
     assert fig.get_figwidth() <= 12
+
+
+def test_explorer_colours_are_not_swamped_by_one_stretched_cell(journey):
+    tokens, inputs = journey
+    scores = inputs @ inputs.T
+    limit = float(scores.abs().max())
+    explorer = score_explorer(inputs, tokens, query="journey", stretch="one", factor=3.0)
+    low, high = explorer.score_map.image.get_clim()
+    # The colours span the scores before stretching, symmetric about zero, whatever the stretch.
+    assert (low, high) == pytest.approx((-limit, limit))
+    explorer.controls["factor"].value = 4.0
+    assert explorer.score_map.image.get_clim() == pytest.approx((-limit, limit))
+    one = tokens.index("one")
+    # The numbers stay exact beyond the colour range (16 x one's squared length, about 10.6).
+    assert explorer.score_map.texts[one][one].get_text() == f"{16 * float(scores[one, one]):.2f}"
+    assert "±1.50" in explorer.score_map.colorbar.ax.get_ylabel()
+    # Unstretched cells keep distinct colours: the two scores of 'journey' with itself and with 'with' differ.
+    cmap, norm = explorer.score_map.image.cmap, explorer.score_map.image.norm
+    journey, with_ = tokens.index("journey"), tokens.index("with")
+    assert cmap(norm(float(scores[journey, journey]))) != cmap(norm(float(scores[journey, with_])))
+
+
+def test_explorer_shows_the_row_before_stretching_as_outlines(journey):
+    tokens, inputs = journey
+    scores = inputs @ inputs.T
+    explorer = score_explorer(inputs, tokens, query="journey", stretch="one", factor=3.0)
+    journey_row = tokens.index("journey")
+    outlines = [bar.get_height() for bar in explorer.original_bars]
+    assert outlines == pytest.approx(scores[journey_row].tolist())
+    assert all(not bar.get_fill() for bar in explorer.original_bars)
+    explorer.controls["query"].value = "step"
+    explorer.controls["stretch_token"].value = "step"
+    explorer.controls["factor"].value = -1.0
+    step = tokens.index("step")
+    assert [bar.get_height() for bar in explorer.original_bars] == pytest.approx(scores[step].tolist())
+    # Every bar and outline fits in the value axis, the negative ones included.
+    low, high = explorer.query_bars.ax.get_ylim()
+    heights = [bar.get_height() for bar in explorer.query_bars.bars + explorer.original_bars]
+    assert low <= min(heights) and max(heights) <= high
+
+
+def test_the_stored_explorer_does_not_answer_the_prediction():
+    """The lesson asks about stretching 'step'; the picture it stores opens on another token."""
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "01_dot_product_scores.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    calls = ["".join(c["source"]) for c in cells if "score_explorer(" in "".join(c["source"])
+             and c["cell_type"] == "code" and "import" not in "".join(c["source"])]
+    assert len(calls) == 1 and 'stretch="step"' not in calls[0] and 'stretch="one"' in calls[0]
+
+
+def test_retrieval_diagram_faded_part_stays_legible(journey):
+    tokens, inputs = journey
+    fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], built="scores")
+    ax = fig.axes[0]
+    veil = [p for p in ax.patches if type(p).__name__ == "Rectangle" and p.get_facecolor()[:3] == (1.0, 1.0, 1.0)
+            and p.get_alpha() is not None]
+    assert len(veil) == 1 and veil[0].get_alpha() <= 0.45
+    formula = [t for t in ax.texts if "\\sum_j" in t.get_text()]
+    assert len(formula) == 1, "the context vector's formula is written once"
+    assert formula[0].get_zorder() > veil[0].get_zorder() and formula[0].get_fontsize() >= 12
+    assert formula[0].get_text().startswith("$z_{1} =")
+    from matplotlib.colors import to_rgb
+    assert max(to_rgb(formula[0].get_color())) <= 0.3, "dark grey, not faded"
+    # Without the frame (notebook 02) the diagram keeps its formula under the context vector.
+    plain = retrieval_diagram(tokens, 1, scores=inputs @ inputs[1])
+    assert any(t.get_text() == "$\\sum_j a_{1j} v_j$" for t in plain.axes[0].texts)
+
+
+def test_the_score_heatmap_is_drawn_at_a_readable_size(journey):
+    from helpers.plotting import plot_heatmap
+
+    tokens, inputs = journey
+    fig = plot_heatmap(inputs @ inputs.T, tokens, tokens, width=6.5, height=5.5, value_fontsize=11)
+    assert tuple(fig.get_size_inches()) == pytest.approx((6.5, 5.5))
+    default = plot_heatmap(inputs @ inputs.T, tokens, tokens)
+    assert tuple(default.get_size_inches()) == pytest.approx((5.0, 4.2))  # other lessons keep theirs

@@ -18,6 +18,7 @@ __all__ = ["retrieval_diagram"]
 
 FONT = 12            # names of the tensors; shape texts and cell numbers are drawn a little smaller
 HIGHLIGHT = "#d62728"  # the key of the query token itself
+GREYED = "#404040"     # text about the part a later notebook adds (drawn above its veil)
 
 
 def _column(values: torch.Tensor | None, rows: int) -> list[list[str]] | None:
@@ -29,13 +30,20 @@ def _column(values: torch.Tensor | None, rows: int) -> list[list[str]] | None:
     return [[f"{float(v):.2f}"] for v in values]
 
 
+def _row(values, width: int) -> list[list[str]]:
+    values = torch.as_tensor(values).reshape(-1)
+    if len(values) != width:
+        raise ValueError(f"expected {width} numbers (one per component of z_i), got {len(values)}")
+    return [[f"{float(v):.2f}" for v in values]]
+
+
 def _cells(matrix: torch.Tensor) -> list[list[str]]:
     return [[f"{float(v):.2f}" for v in row] for row in matrix]
 
 
 def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | None = None, d_v: int | None = None,
                       scores=None, weights=None, inputs=None, upto: str = "context",
-                      built: str | None = None) -> CourseFigure:
+                      built: str | None = None, context=None) -> CourseFigure:
     """The look-up for query token ``query_index``: ``q_i`` against keys ``K``, scores ``s_i``, weights ``a_i``,
     values ``V`` and the context vector ``z_i``.
 
@@ -48,6 +56,7 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
             as in notebooks 01 and 02); their numbers are written into the cells.
         upto: ``"scores"`` stops after the scores, ``"context"`` draws the whole look-up.
         built: ``"scores"`` frames the query, keys and scores as the part built now and greys out the rest.
+        context: optional ``(d_v,)`` numbers written into the context vector's cells.
     """
     tokens = list(tokens)
     num_tokens = len(tokens)
@@ -105,8 +114,10 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
                     values=None if inputs is None else _cells(inputs))
         for j in range(num_tokens):
             label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=FONT)
+        greyed = built == "scores"  # drawn faded: its formula goes above the veil below, large and dark
         tensor_grid(ax, context_x, middle - 0.5, 1, d_v, color=PALETTE["context"], name=f"context $z_{{{i}}}$",
-                    shape_text=f"$\\sum_j a_{{{i}j}} v_j$", fontsize=FONT)
+                    shape_text="" if greyed else f"$\\sum_j a_{{{i}j}} v_j$", fontsize=FONT,
+                    values=None if context is None else _row(context, d_v))
         arrow(ax, (values_x + d_v, middle), (context_x, middle), "add up", fontsize=small)
     if built == "scores":
         right = scores_x + 1.4
@@ -115,7 +126,9 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
         label(ax, 0.3, 0.55, "built in this notebook: the scores", ha="left", fontsize=small, color="#2171b5")
         if upto == "context":
             ax.add_patch(Rectangle((right + 0.1, 0.0), width - right, top + num_tokens + 1.6, facecolor="white",
-                                   edgecolor="none", alpha=0.55, zorder=5))
+                                   edgecolor="none", alpha=0.4, zorder=5))
             label(ax, right + 0.5, 0.55, "notebook 02: weights and the blend of the values", ha="left",
-                  fontsize=small, color="#525252", zorder=6)
+                  fontsize=FONT * 0.9, color=GREYED, zorder=6)
+            label(ax, context_x + d_v / 2, middle + 0.85, f"$z_{{{i}}} = \\sum_j \\, a_{{{i}j}} \\, v_j$", va="top",
+                  fontsize=FONT * 1.1, color=GREYED, zorder=6)
     return fig
