@@ -114,10 +114,10 @@ leftover = torch.ones(6, 6) / 6  # a global a learner's function might read by a
 
 
 def test_reading_a_notebook_global_is_named():
-    def reads_global(inputs, W_query, W_key, W_value):
-        values = inputs @ W_value
+    def reads_global(x_q, x_kv, W_query, W_key, W_value):
+        values = x_kv @ W_value
         return leftover @ values
-    feedback = lesson03.self_attention.check(reads_global)
+    feedback = lesson03.cross_attention.check(reads_global)
     assert "`leftover`" in feedback.message and "global" in feedback.message
 
 

@@ -93,8 +93,8 @@ cosine_scores = FunctionExercise(
     cases=_cosine_cases,
     hint=["What is the dot product of two vectors of length 1? Can you make every token's vector have length 1 "
           "first, without changing its direction?",
-          "`.norm(dim=...)` gives lengths. Along which dimension do a token's own components run? Keep that "
-          "dimension (keepdim) so the division lines up row by row."],
+          "`.norm(dim=...)` gives lengths. Along which dimension do a token's own components run? Section 7(b) "
+          "divided each row of S by its own sum with `keepdim=True`: the same trick lines up a division by lengths."],
     solution=_solution_cosine_scores,
     rules=[no_loops()],
     mistakes=[
