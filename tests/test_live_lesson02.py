@@ -1,4 +1,6 @@
-"""Notebook 02's pictures: the scaling explorer follows its controls, the weights use a fixed 0..1 scale."""
+"""Notebook 02's pictures and numbers: the scaling explorer follows its controls and opens where it is told, the
+weights use a fixed 0..1 scale, the look-up diagram writes the real numbers, and the worked examples give the values
+the lesson quotes (Raschka 2024, chapter 3, for "journey")."""
 
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ def _shown(explorer) -> torch.Tensor:
 def test_demo_weights_match_the_formula():
     queries, keys = demo_inputs()
     expected = torch.softmax(queries[:, :16] @ keys[:, :16].T / (math.sqrt(16) * 2.0), dim=-1)
-    torch.testing.assert_close(demo_weights(16, SCALED, 2.0), expected)
-    torch.testing.assert_close(demo_weights(16, UNSCALED, 2.0), torch.softmax(queries[:, :16] @ keys[:, :16].T / 2.0, -1))
-    with pytest.raises(ValueError, match="scaling"):
-        demo_weights(16, "sqrt")
+    torch.testing.assert_close(demo_weights(16, True, 2.0), expected)
+    torch.testing.assert_close(demo_weights(16, False, 2.0), torch.softmax(queries[:, :16] @ keys[:, :16].T / 2.0, -1))
+    with pytest.raises(TypeError, match="scaled"):
+        demo_weights(16, SCALED)
 
 
 def test_explorer_follows_d_k_and_scaling():
@@ -31,14 +33,14 @@ def test_explorer_follows_d_k_and_scaling():
     first = bytes(explorer.image.value)
     explorer.controls["d_k"].value = 1024
     explorer.controls["scaling"].value = UNSCALED
-    torch.testing.assert_close(_shown(explorer), demo_weights(1024, UNSCALED, 1.0))
+    torch.testing.assert_close(_shown(explorer), demo_weights(1024, False, 1.0))
     largest = _shown(explorer).max(dim=-1).values
     assert [f"{w:.2f}" for w in largest.tolist()] == ['0.91', '0.95', '1.00', '0.89', '1.00', '1.00']
     explorer.controls["scaling"].value = SCALED
-    torch.testing.assert_close(_shown(explorer), demo_weights(1024, SCALED, 1.0))
+    torch.testing.assert_close(_shown(explorer), demo_weights(1024, True, 1.0))
     assert _shown(explorer).max() < 0.5
     heights = [bar.get_height() for bar in explorer.query_bars.bars]
-    assert heights == pytest.approx(demo_weights(1024, SCALED, 1.0)[0].tolist())
+    assert heights == pytest.approx(demo_weights(1024, True, 1.0)[0].tolist())
     assert bytes(explorer.image.value) != first
     explorer.controls["d_k"].value = 64
     assert bytes(explorer.image.value) == first
@@ -77,3 +79,62 @@ def test_scores_and_weights_puts_the_weights_on_0_to_1():
     first_label = colorbar_axes[0].yaxis.label.get_window_extent(renderer)
     second_panel = fig.axes[1].get_tightbbox(renderer)
     assert second_panel.x0 - first_label.x1 >= 0.25 * fig.dpi, "the colour bar's label runs into the next panel"
+
+
+def test_explorer_opens_at_the_setting_it_is_given():
+    explorer = scaling_explorer(d_k=1024, scaled=False)
+    assert repr(explorer) == "LiveFigure(d_k=1024, scaling='no scaling', temperature=1.0)"
+    torch.testing.assert_close(_shown(explorer), demo_weights(1024, False, 1.0))
+    assert "softmax($S / \\tau$)" in explorer.heatmap.ax.title.get_text()
+    assert _shown(explorer).max(dim=-1).values.min() > 0.85  # the stored picture shows the saturation
+    cold = scaling_explorer(d_k=64, scaled=True, temperature=0.3)
+    assert cold.controls["temperature"].value == pytest.approx(0.3)
+    torch.testing.assert_close(_shown(cold), demo_weights(64, True, 0.3))
+
+
+def test_the_numbers_the_lesson_quotes():
+    """What the lesson says after the explorer: largest weights without and with scaling, and at tau 0.1 and 5."""
+    largest = {setting: demo_weights(1024, *setting).max(dim=-1).values for setting in
+               ((False, 1.0), (True, 1.0), (True, 0.1), (True, 5.0))}
+    assert (largest[(False, 1.0)] > 0.885).sum() == 6 and (largest[(False, 1.0)] > 0.995).sum() == 3
+    assert 0.295 < largest[(True, 1.0)].min() and largest[(True, 1.0)].max() < 0.435
+    assert 0.65 < largest[(True, 0.1)].min() and largest[(True, 0.1)].max() > 0.995   # 0.66 .. 1.00
+    assert 0.185 < largest[(True, 5.0)].min() and largest[(True, 5.0)].max() < 0.225   # 0.19 .. 0.22
+
+
+def test_worked_examples_give_the_quoted_values():
+    hello_tokens, hello_inputs = helpers.hello_shiny_sun()
+    scores = hello_inputs @ hello_inputs[1]
+    weights = torch.softmax(scores, dim=0)
+    context = weights @ hello_inputs
+    torch.testing.assert_close(scores, torch.tensor([0.7842, 1.3569, 1.2487]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(weights, torch.tensor([0.2291, 0.4063, 0.3646]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(context, torch.tensor([0.3990, 0.3854, 0.8610]), atol=1e-4, rtol=0)
+    # The aside: from the four-decimal weights, the second component is 0.3854, and rounding the weights cannot
+    # move it by 0.0004 (each weight is off by at most 0.00005, the components add up to 1.1).
+    by_hand = 0.2291 * 0.22 + 0.4063 * 0.34 + 0.3646 * 0.54
+    assert round(by_hand, 4) == 0.3854 and 0.00005 * (0.22 + 0.34 + 0.54) < 0.0001
+    # Raschka (2024), chapter 3: "journey" as the query.
+    tokens, inputs = helpers.your_journey()
+    journey_scores = inputs @ inputs[1]
+    journey_weights = torch.softmax(journey_scores, dim=0)
+    torch.testing.assert_close(journey_scores, torch.tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865]),
+                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(journey_weights, torch.tensor([0.1385, 0.2379, 0.2333, 0.1240, 0.1082, 0.1581]),
+                               atol=1e-4, rtol=0)
+    torch.testing.assert_close(journey_weights @ inputs, torch.tensor([0.4419, 0.6515, 0.5683]), atol=1e-4, rtol=0)
+    all_weights = torch.softmax(inputs @ inputs.T, dim=-1)
+    assert 0.098 < all_weights.min() < 0.099 and 0.23 < all_weights.max() < 0.24
+
+
+def test_retrieval_diagram_writes_the_context_vector():
+    from helpers.diagrams.retrieval import retrieval_diagram
+
+    tokens, inputs = helpers.hello_shiny_sun()
+    weights = torch.softmax(inputs @ inputs[1], dim=0)
+    fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
+                            context=weights @ inputs)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert {"0.40", "0.39", "0.86"} <= set(texts)
+    with pytest.raises(ValueError, match="one per component"):
+        retrieval_diagram(tokens, 1, inputs=inputs, context=torch.zeros(2))

@@ -2,7 +2,8 @@
 
 :func:`scores_and_weights` draws a score matrix next to the weights softmax makes of it (weights on a fixed 0..1
 scale). :func:`scaling_explorer` is the lesson's live figure: six random queries and keys, with controls for the
-width ``d_k``, the scaling by ``sqrt(d_k)`` and the temperature ``tau``; :func:`demo_weights` computes what it shows.
+width ``d_k``, the scaling by ``sqrt(d_k)`` and the temperature ``tau`` (it can open at any setting);
+:func:`demo_weights` computes what it shows.
 """
 
 from __future__ import annotations
@@ -39,28 +40,29 @@ def demo_inputs(seed: int = 123) -> tuple[torch.Tensor, torch.Tensor]:
     return queries, keys
 
 
-def demo_weights(d_k: int, scaling: str = SCALED, temperature: float = 1.0,
+def demo_weights(d_k: int, scaled: bool = True, temperature: float = 1.0,
                  inputs: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """Weights ``softmax(Q K^T / divisor)`` of the first ``d_k`` components, (6, 6).
+    """Weights of the six demo queries for the six demo keys, first ``d_k`` components: a ``(6, 6)`` tensor.
 
-    ``divisor`` is ``temperature * sqrt(d_k)`` with scaling, ``temperature`` without.
+    The softmax sees the scores divided by ``sqrt(d_k)`` if ``scaled``, and then by the temperature ``tau``.
     """
-    if scaling not in (SCALED, UNSCALED):
-        raise ValueError(f"scaling must be {SCALED!r} or {UNSCALED!r}, got {scaling!r}")
+    if not isinstance(scaled, bool):
+        raise TypeError(f"scaled must be True or False, got {scaled!r}")
     queries, keys = demo_inputs() if inputs is None else inputs
     attn_scores = queries[:, :d_k] @ keys[:, :d_k].T                  # (T, d_k) @ (d_k, T) -> (T, T)
-    divisor = temperature * (math.sqrt(d_k) if scaling == SCALED else 1.0)
-    return torch.softmax(attn_scores / divisor, dim=-1)               # (T, T), rows sum to 1
+    if scaled:
+        attn_scores = attn_scores / math.sqrt(d_k)
+    return torch.softmax(attn_scores / temperature, dim=-1)           # (T, T), rows sum to 1
 
 
-def scaling_explorer(d_k: int = 64) -> LiveFigure:
+def scaling_explorer(d_k: int = 64, scaled: bool = True, temperature: float = 1.0) -> LiveFigure:
     """Query 0's weights (bars) and all six queries' weights (heatmap, fixed 0..1), with controls for ``d_k``
-    (1 .. 1024), the scaling and the temperature ``tau`` (0.1 .. 5). Carries its builders as ``.query_bars`` and
-    ``.heatmap``."""
+    (1 .. 1024), the scaling and the temperature ``tau`` (0.1 .. 5), opening at the values given. Carries its
+    builders as ``.query_bars`` and ``.heatmap``."""
     inputs = demo_inputs()
     query_labels = [f"query {i}" for i in range(NUM_DEMO_TOKENS)]
     key_labels = [f"key {j}" for j in range(NUM_DEMO_TOKENS)]
-    first = demo_weights(d_k, SCALED, 1.0, inputs)
+    first = demo_weights(d_k, scaled, temperature, inputs)
     fig = new_figure(10, 4.0, ncols=2)
     query_bars = Bars(fig.axes[0], first[0], key_labels, ylim=(0, 1.1), annotate=True,
                       reference=1 / NUM_DEMO_TOKENS,  # dashed: what uniform weights would be
@@ -69,15 +71,15 @@ def scaling_explorer(d_k: int = 64) -> LiveFigure:
                       colorbar_label="attention weight")
 
     def redraw(d_k: int, scaling: str, temperature: float) -> None:
-        weights = demo_weights(d_k, scaling, temperature, inputs)      # (T, T)
+        weights = demo_weights(d_k, scaling == SCALED, temperature, inputs)  # (T, T)
         query_bars.update(weights[0])
-        how = f"scores ÷ (√{d_k}·τ)" if scaling == SCALED else "scores ÷ τ"
-        heatmap.update(weights, title=f"Weights $A$: $d_k$ = {d_k}, {how}, τ = {temperature:.1f}")
+        divided = "S / (\\sqrt{d_k}\\,\\tau)" if scaling == SCALED else "S / \\tau"
+        heatmap.update(weights, title=f"$A$ = softmax(${divided}$), $d_k$ = {d_k}, τ = {temperature:.1f}")
 
     explorer = LiveFigure(fig, redraw, {
         "d_k": steps_slider("d_k", [2 ** power for power in range(11)], d_k),  # 1, 2, 4, ..., 1024
-        "scaling": choice("scaling", [SCALED, UNSCALED]),
-        "temperature": float_slider("temperature τ", 1.0, 0.1, 5.0, 0.1, readout_format=".1f"),
+        "scaling": choice("scaling", [SCALED, UNSCALED], SCALED if scaled else UNSCALED),
+        "temperature": float_slider("temperature τ", temperature, 0.1, 5.0, 0.1, readout_format=".1f"),
     })
     explorer.query_bars, explorer.heatmap = query_bars, heatmap
     return explorer
