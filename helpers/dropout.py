@@ -7,12 +7,12 @@ random state. On the CPU, with the generator in the same state, it drops exactly
 the weights ``torch.nn.functional.dropout`` drops.
 
 Which weights a given seed drops depends on the random-number generator behind
-it: the GPU's differs from the CPU's, and on Intel processors PyTorch builds with
-MKL draw ``bernoulli_(p)`` with MKL's own generator (``bernoulli_scalar_kernel``
-in ``aten/src/ATen/native/cpu/DistributionKernels.cpp``). Print properties of a
-draw, never the draw itself. :func:`dropout_row_sums` compares uniform numbers
-from the generator with ``p`` instead, so its Monte-Carlo averages are the same on
-every CPU.
+it: the GPU's differs from the CPU's, and PyTorch does not promise the same
+numbers across releases or platforms (older releases drew ``bernoulli_(p)`` with
+Intel MKL's own generator on Intel processors; pytorch/pytorch issues #121595 and
+#132395). Print properties of a draw, never the draw itself.
+:func:`dropout_row_sums` compares uniform numbers from the generator with ``p``,
+which needs no ``bernoulli_`` at all.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def dropout_row_sums(
 
     Shapes: ``attn_weights`` ``(..., T_q, T_k)``; returns ``(num_draws, ..., T_q)``.
     Their mean over the first dimension tends to the original row sums (1 for softmax rows). The masks come
-    from uniform numbers (``torch.rand``), so a seeded CPU generator gives the same sums on every CPU.
+    from uniform numbers (``torch.rand``) drawn on the generator's device.
     """
     check_float_tensor("attn_weights", attn_weights)
     check_positive_int("num_draws", num_draws)
@@ -79,8 +79,8 @@ def dropout_row_sums(
     check_probability("p", p)
     _check_generator(generator)
     copies = attn_weights.expand(num_draws, *attn_weights.shape)  # (N, ..., T_q, T_k), no copy
-    # One uniform number per weight, kept if >= p (probability 1 - p). Unlike bernoulli_, torch.rand on a CPU
-    # generator gives the same numbers on every CPU, so the averages printed from it do not depend on the machine.
+    # One uniform number per weight, kept if >= p (probability 1 - p): torch.rand on a CPU generator, whatever
+    # path bernoulli_ takes on this machine or release.
     draw_device = generator.device if generator is not None else torch.device("cpu")
     uniform = torch.rand(copies.shape, generator=generator, device=draw_device).to(attn_weights.device)
     dropped = copies * ((uniform >= p) / (1.0 - p))  # same recipe as attention_dropout: A * (m / (1 - p))

@@ -3,8 +3,8 @@
     python scripts/course_stats.py            # a table, one row per notebook
     python scripts/course_stats.py --json     # the same numbers as JSON
 
-Printed helper lines are the lines of output of cells that print source code (``inspect.getsource`` or
-``show_source``). Sections whose heading says "Deep dive" (and everything under them, up to the next heading of
+Printed helper lines are the lines of output of cells that print source code (a call of ``inspect.getsource``
+or ``show_source``). Sections whose heading says "Deep dive" (and everything under them, up to the next heading of
 the same or a higher level) count towards the deep-dive columns, the rest towards the core path.
 The time estimate is a rule of thumb, stated so it can be argued with: 120 markdown words a minute, one minute per
 code cell (run it, read what it prints), and eight minutes per exercise.
@@ -59,7 +59,7 @@ def lesson_stats(path: Path) -> dict:
             stats["code_lines"] += len([line for line in text.splitlines() if line.strip()])
             if deep_level is not None:
                 stats["deep_code_cells"] += 1
-            if "getsource" in text or "show_source" in text:
+            if re.search(r"getsource\(|show_source\w*\(", text):
                 stats["printed_helper_lines"] += _output_lines(cell)
     core_words = stats["md_words"] - stats["deep_md_words"]
     core_cells = stats["code_cells"] - stats["deep_code_cells"]

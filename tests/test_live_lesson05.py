@@ -9,7 +9,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 import helpers
 from helpers.diagrams.dropout import dropout_diagram
 from helpers.dropout import attention_dropout
-from helpers.live.lesson05 import dropout_draw_figure, dropout_explorer, monte_carlo_figure
+from helpers.live.lesson05 import dropout_explorer, monte_carlo_figure, show_source_lines
 from helpers.plotting import figure_to_png
 
 
@@ -34,7 +34,7 @@ def test_p_zero_shows_the_weights_untouched(journey):
     torch.testing.assert_close(shown(live), attn_weights)
     heights = torch.tensor([bar.get_height() for bar in live.bars.bars])
     torch.testing.assert_close(heights, torch.ones(6))
-    assert live.heatmap.image.get_clim() == (0.0, 1.0)
+    assert live.heatmap.image.get_clim() == (0.0, 2.0)  # one colour scale at every p
 
 
 def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
@@ -49,7 +49,8 @@ def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
     assert torch.allclose(shown(live)[keep], 5 * attn_weights[keep])
     heights = torch.tensor([bar.get_height() for bar in live.bars.bars])
     torch.testing.assert_close(heights, expected.sum(dim=-1))
-    assert live.heatmap.image.get_clim()[1] == pytest.approx(5.0)
+    assert live.heatmap.image.get_clim() == (0.0, 2.0)  # survivors up to 5, yet a 0.77 must not look like a 0
+    assert live.heatmap.colorbar.extend == "max"
     means = torch.tensor(live.mean_dots.get_ydata())
     assert bool(((means - 1).abs() < 0.25).all())
     dropped_cells = (~keep & ~helpers.causal_mask(6)).nonzero().tolist()
@@ -70,39 +71,41 @@ def test_back_to_the_start_gives_the_first_picture_again(journey):
 
 def test_future_cells_are_grey_and_dropped_cells_crossed(journey):
     tokens, attn_weights = journey
-    dropped, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
-    fig = dropout_draw_figure(attn_weights, dropped, keep, tokens, 0.5)
-    after = fig.axes[1]
-    grey = [patch for patch in after.patches if patch.get_facecolor()[:3] == pytest.approx((0x96 / 255,) * 3)]
+    live = dropout_explorer(attn_weights, tokens, p=0.5, seed=123)
+    _, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
+    grey = [patch for patch in live.heatmap.ax.patches
+            if patch.get_facecolor()[:3] == pytest.approx((0x96 / 255,) * 3)]
     assert len(grey) == 15                                   # the 15 cells above the diagonal of a 6x6 grid
-    crosses = after.collections[-1]
-    assert len(crosses.get_segments()) == 2 * int((~keep & ~helpers.causal_mask(6)).sum())
+    assert len(live.crosses.get_segments()) == 2 * int((~keep & ~helpers.causal_mask(6)).sum())
 
 
-def test_static_figures_draw_and_label_their_axes(journey):
+def test_monte_carlo_figure_draws_and_labels_its_axes(journey):
     tokens, attn_weights = journey
-    dropped, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
-    fig = dropout_draw_figure(attn_weights, dropped, keep, tokens, 0.5)
-    before, after = fig.axes[0], fig.axes[1]  # the three panels come first, then the two colour bars
-    for ax in (before, after):
-        assert ax.get_xlabel().startswith("key token") and ax.get_ylabel() == "query token"
-    assert figure_to_png(fig)[:4] == b"\x89PNG"
+    dropped, _ = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
     sums = torch.stack([row.sum(dim=-1) for row in [dropped] * 3])
     fig = monte_carlo_figure(sums, torch.ones(6), tokens, 0.5)
+    assert all(ax.get_ylabel() for ax in fig.axes[:2])
     assert figure_to_png(fig)[:4] == b"\x89PNG"
 
 
-def test_colour_bar_labels_do_not_reach_the_next_panel(journey):
+def test_colour_bar_label_does_not_reach_the_next_panel(journey):
     tokens, attn_weights = journey
-    dropped, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
-    fig = dropout_draw_figure(attn_weights, dropped, keep, tokens, 0.5)
+    live = dropout_explorer(attn_weights, tokens, p=0.8)
+    fig = live.heatmap.ax.figure
     renderer = FigureCanvasAgg(fig).get_renderer()
     fig.draw(renderer)
-    panels, colorbars = fig.axes[:3], fig.axes[3:]
-    for colorbar, next_panel in zip(colorbars, panels[1:]):
-        label_right = colorbar.yaxis.label.get_window_extent(renderer).x1
-        next_left = next_panel.yaxis.label.get_window_extent(renderer).x0
-        assert label_right + 20 < next_left, "a colour bar's label runs into the next panel's axis label"
+    label_right = live.heatmap.colorbar.ax.yaxis.label.get_window_extent(renderer).x1
+    next_left = live.bars.ax.yaxis.label.get_window_extent(renderer).x0
+    assert label_right + 20 < next_left, "the colour bar's label runs into the next panel's axis label"
+
+
+def test_source_lines_show_only_the_lines_asked_for(capsys):
+    show_source_lines(helpers.scaled_dot_product_attention, "if training and", "dropout(")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "# from helpers.attention.scaled_dot_product_attention"
+    assert printed[1].startswith("if training and") and len(printed) == 3
+    with pytest.raises(ValueError, match="does not occur"):
+        show_source_lines(helpers.scaled_dot_product_attention, "no such line", ")")
 
 
 def test_diagram_is_drawn_from_the_tensors(journey):
@@ -112,9 +115,11 @@ def test_diagram_is_drawn_from_the_tensors(journey):
     assert fig.get_figwidth() <= 12.0
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "2.00" in texts                       # row 0 survived this draw: 1.00 -> 2.00
-    assert texts.count("1") == int(keep.sum())  # the mask's coin flips, the future's included (written in white)
-    white = [t for t in fig.axes[0].texts if t.get_color() == "white"]
-    assert len(white) == 15                      # one per future cell of m
+    assert texts.count("2") == int(keep.sum())  # the middle grid is m / (1 - p): 2 where kept, the future's too
+    assert texts.count("0") == int((~keep).sum())
+    row_sums = (attn_weights * (keep / 0.5)).sum(dim=-1)
+    assert all(f"{float(s):.2f}" in texts for s in row_sums)  # the column of row sums
+    assert not [t for t in fig.axes[0].texts if t.get_color() == "white"], "no text that vanishes on grey"
     with pytest.raises(ValueError, match="keep must be a bool tensor"):
         dropout_diagram(attn_weights, keep.float(), 0.5)
     with pytest.raises(ValueError, match="p must be in"):

@@ -1,7 +1,8 @@
-"""Dropout on the attention weights, as a picture: A, the keep-mask m, and A * m / (1 - p).
+"""Dropout on the attention weights, as a picture: A ⊙ (m / (1 - p)) = Ã, and the row sums of Ã.
 
-Drawn from the tensors themselves (their size and, if given, their values), so the picture always shows the
-shapes and the draw the lesson computed.
+Drawn from the tensors themselves (their size and values), so the picture always shows the shapes and the draw the
+lesson computed. The middle grid is the factor the code multiplies by, m / (1 - p), so the picture reads the way the
+formula and the code are written.
 """
 
 from __future__ import annotations
@@ -17,23 +18,25 @@ from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 __all__ = ["dropout_diagram"]
 
 _DROPPED = "#ffffff"   # a weight that dropout removed (shown white, with a red cross)
-_KEEP = "#a1d99b"      # m = 1
+_KEEP = "#a1d99b"      # m = 1: the factor 1 / (1 - p)
+_SUMS = "#fff7bc"      # the row sums of Ã (a lighter shade of the weights' colour)
 _CROSS = "#d62728"
+_ON_GREY = "#252525"   # text on the grey future cells: dark, so it stays readable
+_FONT = 12             # grid names; the numbers in the cells are 0.8 of it
 
 
 def _cross(ax, x: float, y: float) -> None:
-    ax.plot([x + 0.2, x + 0.8], [y + 0.2, y + 0.8], color=_CROSS, linewidth=1.2)
-    ax.plot([x + 0.2, x + 0.8], [y + 0.8, y + 0.2], color=_CROSS, linewidth=1.2)
+    ax.plot([x + 0.2, x + 0.8], [y + 0.2, y + 0.8], color=_CROSS, linewidth=1.4)
+    ax.plot([x + 0.2, x + 0.8], [y + 0.8, y + 0.2], color=_CROSS, linewidth=1.4)
 
 
 def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) -> CourseFigure:
-    """Three ``(T, T)`` grids: the causal weights A, the keep-mask m (1 keeps, 0 drops), the result.
+    """``A ⊙ (m / (1 - p)) = Ã``, then each row of Ã summed: three ``(T, T)`` grids and a ``(T, 1)`` column.
 
     ``attn_weights``: ``(T, T)`` causal weights (zeros above the diagonal); ``keep``: ``(T, T)`` bool, True where
     a weight survives; ``p``: the dropout probability the draw used. Future cells (the causal mask) are grey in
-    all three grids: A is 0 there, so the result is 0 whatever the mask drew, and the mask's own coin flips there
-    are written in white. Dropped weights are crossed out; every survivor is written at its new value
-    ``a / (1 - p)``.
+    all three grids: A is 0 there, so Ã is 0 whatever the coin flip was (the flips are still written, in dark
+    text). Dropped weights are white and crossed out; every survivor is written at its new value ``a / (1 - p)``.
     """
     if attn_weights.dim() != 2 or attn_weights.shape[0] != attn_weights.shape[1]:
         raise ValueError(f"attn_weights must have shape (T, T), got {tuple(attn_weights.shape)}")
@@ -43,44 +46,52 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
         raise ValueError(f"p must be in [0, 1), got {p}")
     weights, keep = attn_weights.detach().cpu(), keep.cpu()
     num_tokens = weights.shape[0]
+    factor = 1 / (1 - p)
     future = causal_mask(num_tokens)
     hidden = [tuple(cell) for cell in future.nonzero().tolist()]
-    gap, top = 2.8, 1.4
-    fig, ax = diagram_canvas(3 * num_tokens + 2 * gap + 0.4, num_tokens + 3.4, inches_per_unit=0.5)
-    a_x, m_x, out_x = 0.2, 0.2 + num_tokens + gap, 0.2 + 2 * (num_tokens + gap)
+    gap, sum_gap, top = 2.4, 2.8, 1.5
+    width = 0.2 + 3 * num_tokens + 2 * gap + sum_gap + 1 + 1.2  # room for the name of the last column
+    fig, ax = diagram_canvas(width, num_tokens + 3.6, inches_per_unit=0.5)
+    a_x = 0.2
+    m_x = a_x + num_tokens + gap
+    out_x = m_x + num_tokens + gap
+    sum_x = out_x + num_tokens + sum_gap
     shape = f"(T, T) = ({num_tokens}, {num_tokens})"
 
     def text(matrix, fmt):
         return [["" if future[i, j] else fmt(matrix[i, j]) for j in range(num_tokens)] for i in range(num_tokens)]
 
     tensor_grid(ax, a_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="A (weights)",
-                shape_text=shape, hidden=hidden, values=text(weights, lambda v: f"{float(v):.2f}"))
-    tensor_grid(ax, m_x, top, num_tokens, num_tokens, color=_KEEP, name="m (keep-mask)",
-                shape_text=f"1 with probability 1 - p = {1 - p:g}", hidden=hidden,
-                values=text(keep, lambda v: "1" if bool(v) else "0"))
-    for i, j in hidden:  # the mask is drawn for every cell; above the diagonal it multiplies a 0
-        ax.text(m_x + j + 0.5, top + i + 0.5, "1" if bool(keep[i, j]) else "0", ha="center", va="center",
-                fontsize=8, color="white")
-    dropped_weights = weights * keep / (1 - p)
+                shape_text=shape, hidden=hidden, values=text(weights, lambda v: f"{float(v):.2f}"), fontsize=_FONT)
+    tensor_grid(ax, m_x, top, num_tokens, num_tokens, color=_KEEP, name="m / (1 - p)",
+                shape_text=f"{factor:g} with probability 1 - p = {1 - p:g}, else 0", hidden=hidden,
+                values=text(keep, lambda v: f"{factor:g}" if bool(v) else "0"), fontsize=_FONT)
+    for i, j in hidden:  # a coin is flipped for every cell; above the diagonal it multiplies a 0
+        ax.text(m_x + j + 0.5, top + i + 0.5, f"{factor:g}" if bool(keep[i, j]) else "0", ha="center",
+                va="center", fontsize=_FONT * 0.8, color=_ON_GREY)
+    dropped_weights = weights * (keep / (1 - p))  # the order the code uses: A * (m / (1 - p))
     shown = text(dropped_weights, lambda v: f"{float(v):.2f}")
     dropped_cells = (~keep & ~future).nonzero().tolist()
     for i, j in dropped_cells:
         shown[i][j] = ""  # crossed out below instead
     tensor_grid(ax, out_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="Ã (A after dropout)",
-                shape_text=shape, hidden=hidden, values=shown)
+                shape_text=shape, hidden=hidden, values=shown, fontsize=_FONT)
     for i, j in dropped_cells:  # white where m = 0; crossed out in the result, where the weight is now 0
         for x in (m_x, out_x):
             ax.add_patch(Rectangle((x + j, top + i), 1, 1, facecolor=_DROPPED, edgecolor="#525252", linewidth=0.8))
         _cross(ax, out_x + j, top + i)
+    row_sums = dropped_weights.sum(dim=-1)
+    tensor_grid(ax, sum_x, top, num_tokens, 1, color=_SUMS, name="row sums", shape_text="(T, 1)",
+                values=[[f"{float(s):.2f}"] for s in row_sums], fontsize=_FONT)
     middle = top + num_tokens / 2
-    label(ax, a_x + num_tokens + gap / 2, middle - 0.5, "⊙", fontsize=20)
-    label(ax, a_x + num_tokens + gap / 2, middle + 0.6, "element-wise", fontsize=9)
-    arrow(ax, (m_x + num_tokens + 0.3, middle), (out_x - 0.3, middle), f"÷ (1 - p) = x {1 / (1 - p):g}",
-          fontsize=10)
+    label(ax, a_x + num_tokens + gap / 2, middle, "⊙", fontsize=22)
+    label(ax, a_x + num_tokens + gap / 2, middle + 0.9, "element-\nwise", fontsize=9)
+    label(ax, m_x + num_tokens + gap / 2, middle, "=", fontsize=22)
+    arrow(ax, (out_x + num_tokens + 0.3, middle), (sum_x - 0.3, middle), "sum each row", fontsize=10)
     crossed = (Patch(facecolor=_DROPPED, edgecolor="#525252"),
                Line2D([], [], marker="x", markersize=9, markeredgewidth=1.4, color=_CROSS, linestyle="none"))
     ax.legend(handles=[Patch(facecolor=PALETTE["mask"], edgecolor="#525252"), crossed],
-              labels=["future: a = 0 (causal mask), so it stays 0 whatever m is",
+              labels=["future: a = 0 (causal mask), so it stays 0 whatever the coin flip",
                       "dropped by this draw (m = 0): the weight becomes 0"],
               loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False, fontsize=10)
     # Whole pixels at 100 dpi, so the figure's size prints the same everywhere.

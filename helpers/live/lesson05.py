@@ -1,4 +1,4 @@
-"""The pictures of notebook 05 (dropout on attention weights): one dropout draw, the Monte-Carlo check, the explorer.
+"""The pictures of notebook 05 (dropout on attention weights): the Monte-Carlo check and the explorer; source lines.
 
 A lesson cell shows the idea and one call, e.g. ``dropout_explorer(attn_weights, tokens)``; the figure's
 layout, the colour ranges and what a slider move changes live here. All tensors are read on the CPU.
@@ -6,6 +6,8 @@ layout, the colour ranges and what a slider move changes live here. All tensors 
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from collections.abc import Sequence
 
 import torch
@@ -18,11 +20,12 @@ from ..masks import causal_mask
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
 from ..widgets import LiveFigure, float_slider, int_slider
 
-__all__ = ["mark_dropped", "dropout_draw_figure", "monte_carlo_figure", "dropout_explorer"]
+__all__ = ["mark_dropped", "monte_carlo_figure", "dropout_explorer", "show_source_lines"]
 
 _DROP_COLOR = "#ff4040"  # the red cross on a dropped weight, as in the dropout diagram
 _MEAN_DRAWS = 2_000  # draws behind the "mean row sum" dots of the explorer
 _KEY = "red x: dropped by this draw, grey: future (masked)"
+_TOP = 2.0  # the explorer's colour scale runs from 0 to 2 at every p; larger weights get the top colour
 
 
 def _spaced(fig: CourseFigure) -> CourseFigure:
@@ -62,32 +65,6 @@ def mark_dropped(heatmap: Heatmap, keep: torch.Tensor, crosses: LineCollection |
     return crosses
 
 
-def dropout_draw_figure(attn_weights: torch.Tensor, dropped: torch.Tensor, keep: torch.Tensor,
-                        tokens: Sequence[str], p: float) -> CourseFigure:
-    """Three panels: the weights A, one draw of dropout on them (dropped cells marked), each row's sum.
-
-    ``attn_weights``, ``dropped``, ``keep``: ``(T, T)``. The middle colour scale runs from 0 to ``1/(1-p)``,
-    the most a weight can become. Future cells are grey (as in the dropout diagram), dropped weights crossed out.
-    """
-    attn_weights, dropped, keep = attn_weights.cpu(), dropped.cpu(), keep.cpu()
-    fig = _spaced(new_figure(12, 4.2, ncols=3))
-    before_ax, after_ax, sums_ax = fig.axes
-    before = Heatmap(before_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
-                     title="$A$: causal weights, no dropout", colorbar_label="$a_{ij}$")
-    _grey_future(before)
-    for row, col in causal_mask(len(tokens)).nonzero().tolist():
-        before.texts[row][col].set_text("")
-    after = Heatmap(after_ax, dropped, tokens, tokens, vmin=0.0, vmax=1 / (1 - p),
-                    title=f"$\\tilde A$: after dropout, $p$ = {p:g} (survivors x {1 / (1 - p):g})",
-                    colorbar_label="$\\tilde a_{ij}$ (0 to $1/(1-p)$)")
-    _grey_future(after)
-    mark_dropped(after, keep)
-    after_ax.set_xlabel(f"key token\n{_KEY}")
-    Bars(sums_ax, dropped.sum(dim=-1), tokens, xlabel="query token", ylabel="row sum",
-         ylim=(0.0, 1.2 / (1 - p)), annotate=True, reference=1.0, title="Row sums (dashed line: 1)")
-    return fig
-
-
 def monte_carlo_figure(row_sums: torch.Tensor, predicted_std: torch.Tensor, tokens: Sequence[str],
                        p: float) -> CourseFigure:
     """Left: the running mean of every row sum over the draws; right: the spread of one draw's row sum.
@@ -124,16 +101,19 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     """Sliders for ``p`` and the seed of one draw; left the weights after dropout, right each row's sum.
 
     The black dots are the mean row sums over 2,000 further draws at the same ``p``. The heatmap's colour
-    range follows ``1/(1-p)``, the largest value a weight can reach; dropped weights are crossed out, future cells
-    grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
+    scale runs from 0 to 2 at every ``p`` (larger values get the top colour, and every cell shows its number), so
+    a small survivor never looks like a dropped weight; dropped weights are crossed out, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
     """
     attn_weights = attn_weights.detach().cpu()
     num_tokens = len(tokens)
     visible = ~causal_mask(num_tokens)  # the weights a token may use
     fig = _spaced(new_figure(12, 4.6, ncols=2))
     drop_ax, sum_ax = fig.axes
-    heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1 / (1 - p),
-                      colorbar_label="$\\tilde a_{ij}$ (0 to $1/(1-p)$)")
+    heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=_TOP)
+    # One scale for every p, so a small survivor never looks like a dropped 0; the arrow marks "2 and above".
+    heatmap.colorbar.remove()
+    heatmap.colorbar = fig.colorbar(heatmap.image, ax=drop_ax, extend="max",
+                                    label="$\\tilde a_{ij}$ (0 to 2; above 2: top colour)")
     _grey_future(heatmap)
     drop_ax.set_xlabel(f"key token\n{_KEY}")
     crosses = mark_dropped(heatmap, torch.ones(num_tokens, num_tokens, dtype=torch.bool))
@@ -149,7 +129,6 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         dropped, keep = attention_dropout(attn_weights, p, generator)                    # (T, T) each
         mean_sums = dropout_row_sums(attn_weights, p, _MEAN_DRAWS, generator).mean(dim=0)  # (T,)
         top = 1 / (1 - p)
-        heatmap.image.set_clim(0.0, top)
         num_dropped = int((visible & ~keep).sum())
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
                                       f"weights dropped, survivors x {top:.2f}")
@@ -164,3 +143,20 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     }, animated=[mean_dots])
     live.heatmap, live.bars, live.mean_dots, live.crosses = heatmap, bars, mean_dots, crosses
     return live
+
+
+def show_source_lines(obj, start: str, end: str) -> None:
+    """Print the lines of ``obj``'s source from the first that contains ``start`` to the next that contains ``end``.
+
+    A lesson's excerpt: only the lines it talks about (no signature, docstring or argument checks), under a
+    comment that names where they come from.
+    """
+    lines = textwrap.dedent(inspect.getsource(obj)).splitlines()
+    first = next((i for i, line in enumerate(lines) if start in line), None)
+    if first is None:
+        raise ValueError(f"start={start!r} does not occur in the source of {obj.__qualname__}")
+    last = next((i for i in range(first, len(lines)) if end in lines[i]), None)
+    if last is None:
+        raise ValueError(f"end={end!r} does not occur after start in the source of {obj.__qualname__}")
+    print(f"# from {obj.__module__}.{obj.__qualname__}")
+    print(textwrap.dedent("\n".join(lines[first:last + 1])))

@@ -19,6 +19,7 @@ Environment variables:
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -283,6 +284,16 @@ def lab_server(e2e_tmp):
                f"--config={REPO / 'scripts' / 'jupyter_server_config.py'}",  # as make lab
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+    with serve_jupyter(command, root, env, log, url, token) as (process, up_in):
+        print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} (up in {up_in:.1f} s, log {log})")
+        yield LabServer(url=url, token=token, root=root, log=log, pid=process.pid)
+
+
+@contextlib.contextmanager
+def serve_jupyter(command: list[str], root: Path, env: dict, log: Path, url: str, token: str,
+                  timeout_s: float = SERVER_START_TIMEOUT_S):
+    """Start a Jupyter server (``command``), wait until ``url``/api/status answers, yield (process, seconds to
+    start); stop it (its whole process group) on the way out. Its output goes to ``log``."""
     with open(log, "wb") as log_file:
         process = subprocess.Popen(command, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
@@ -290,7 +301,7 @@ def lab_server(e2e_tmp):
         started = time.monotonic()
         while True:
             if process.poll() is not None:
-                raise RuntimeError(f"jupyter lab exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+                raise RuntimeError(f"{command[1]} exited with {process.returncode}:\n{log.read_text()[-3000:]}")
             try:
                 status, _, body = http_get(f"{url}/api/status", token, timeout=2)
                 if status == 200:
@@ -298,13 +309,10 @@ def lab_server(e2e_tmp):
                     break
             except (OSError, ValueError):
                 pass
-            if time.monotonic() - started > SERVER_START_TIMEOUT_S:
-                raise RuntimeError(f"jupyter lab did not answer within {SERVER_START_TIMEOUT_S} s:\n"
-                                   f"{log.read_text()[-3000:]}")
+            if time.monotonic() - started > timeout_s:
+                raise RuntimeError(f"{command[1]} did not answer within {timeout_s} s:\n{log.read_text()[-3000:]}")
             time.sleep(0.2)
-        print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} "
-              f"(up in {time.monotonic() - started:.1f} s, log {log})")
-        yield LabServer(url=url, token=token, root=root, log=log, pid=process.pid)
+        yield process, time.monotonic() - started
     finally:
         _stop(process)
 

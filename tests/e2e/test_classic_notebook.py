@@ -20,7 +20,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, _free_port, _stop, http_get
+from .conftest import CHROMIUM, CHROMIUM_ARGS, _free_port, serve_jupyter
 
 pytestmark = pytest.mark.e2e
 
@@ -75,25 +75,8 @@ def classic_server(e2e_tmp):
     log = e2e_tmp / "classic-notebook.log"
     command = [str(jupyter), "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
                "--port-retries=0", f"--NotebookApp.token={token}", f"--notebook-dir={root}"]
-    with open(log, "wb") as log_file:
-        process = subprocess.Popen(command, cwd=root, env=env, stdout=log_file, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        started = time.monotonic()
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"jupyter notebook exited:\n{log.read_text()[-3000:]}")
-            try:
-                if http_get(f"{url}/api/status", token, timeout=2)[0] == 200:
-                    break
-            except OSError:
-                pass
-            if time.monotonic() - started > 60:
-                raise RuntimeError(f"jupyter notebook did not answer:\n{log.read_text()[-3000:]}")
-            time.sleep(0.2)
+    with serve_jupyter(command, root, env, log, url, token, timeout_s=60):
         yield url, token, root, log
-    finally:
-        _stop(process)
 
 
 def test_classic_notebook_with_ipywidgets_7_moves_the_picture(classic_server, screenshot_dir):
