@@ -9,8 +9,9 @@ from torch import nn
 
 from helpers.diagrams.heads import split_heads_diagram
 from helpers.heads import full_width_heads_cost, split_heads_cost
-from helpers.live.lesson06 import head_grid, heads_text, num_heads_explorer
-from helpers.modules import MultiHeadAttention
+from helpers.live.lesson06 import head_grid, heads_text, num_heads_explorer, print_table
+from helpers.data import your_journey
+from helpers.modules import MultiHeadAttention, MultiHeadAttentionWrapper
 from helpers.plotting import figure_to_png
 
 SENTENCE = "the cat sat on the mat because it was tired".split()
@@ -104,6 +105,21 @@ def test_num_heads_explorer_keeps_split_cost_and_grows_full_width():
     np.testing.assert_array_equal(_png_pixels(bytes(explorer.image.value)), _png_pixels(first))
 
 
+@pytest.mark.parametrize("num_heads", [1, 12, 96])
+def test_num_heads_strip_has_one_row_per_head_and_no_repeated_colours(num_heads):
+    """Row h of the strip is filled exactly over head h's features, so no two heads can be confused."""
+    explorer = num_heads_explorer(768, 1024, qkv_bias=True)
+    explorer.controls["num_heads"].value = num_heads
+    reads = np.asarray(explorer.strip_ax.images[0].get_array())
+    head_dim = 768 // num_heads
+    assert reads.shape == (num_heads, 768)
+    for h in range(num_heads):
+        assert set(np.flatnonzero(reads[h])) == set(range(h * head_dim, (h + 1) * head_dim))
+    assert explorer.strip_ax.get_ylabel().startswith("head")
+    labels = [label.get_text() for label in explorer.strip_ax.get_yticklabels()]
+    assert labels[0] == "0" and len(labels) <= 12
+
+
 def test_num_heads_explorer_without_bias_gives_the_books_count():
     explorer = num_heads_explorer(768, 1024, qkv_bias=False)
     assert abs(explorer.params_bars.bars[0].get_height() * 1e6 - 2_360_064) < 1 and 4 * 768**2 + 768 == 2_360_064
@@ -133,3 +149,46 @@ def test_split_heads_diagram_rejects_sizes_that_do_not_split():
         split_heads_diagram(6, 10, 3)
     with pytest.raises(ValueError, match="positive"):
         split_heads_diagram(0, 12, 3)
+
+
+def test_split_heads_diagram_names_its_axes_and_the_batch():
+    texts = [text.get_text() for text in split_heads_diagram(6, 12, 3).axes[0].texts]
+    assert texts.count("token") == 2 and texts.count("features →") == 2       # input and output grids
+    assert all(str(r) in texts for r in range(6))                             # the rows are numbered tokens
+    assert any("one of the B sequences" in text for text in texts)
+
+
+def test_print_table_aligns_numbers_and_separates_thousands(capsys):
+    print_table(["num_heads", "parameters", "ratio"], [[1, 2_362_368, "1.0x"], [96, 2_362_368, "96.0x"]])
+    print_table(["design", "GFLOPs"], [["one head", 8.0531], ["12 heads", 96.64]])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["num_heads  parameters  ratio", "        1   2,362,368   1.0x", "       96   2,362,368  96.0x"]
+    assert lines[3:] == ["design    GFLOPs", "one head    8.05", "12 heads   96.64"]
+
+
+def test_the_course_classes_are_the_lessons_classes():
+    """The lesson switches to helpers.MultiHeadAttention(Wrapper) in section 6 and its deep dives: under the same
+    seed they give the numbers the lesson builds by hand (Raschka 2024, ch. 3), and section 3's step-by-step result."""
+    _, inputs = your_journey()
+    batch = torch.stack((inputs, inputs))
+    torch.manual_seed(123)
+    wrapper = MultiHeadAttentionWrapper(d_in=3, d_out=2, context_length=6, dropout=0.0, num_heads=2)
+    torch.manual_seed(123)
+    book_mha = MultiHeadAttention(d_in=3, d_out=2, context_length=6, dropout=0.0, num_heads=2)
+    with torch.no_grad():
+        torch.testing.assert_close(wrapper(batch)[0, 0], torch.tensor([-0.4519, 0.2216, 0.4772, 0.1063]),
+                                   atol=1e-4, rtol=0)
+        torch.testing.assert_close(book_mha(batch)[0, 0], torch.tensor([0.3190, 0.4858]), atol=1e-4, rtol=0)
+
+    # section 3, step by step, with the layers drawn in the module's order
+    torch.manual_seed(123)
+    W_query, W_key, W_value = (nn.Linear(3, 12, bias=False) for _ in range(3))
+    out_proj = nn.Linear(12, 12)
+    with torch.no_grad():
+        q, k, v = (w(batch).view(2, 6, 3, 4).transpose(1, 2) for w in (W_query, W_key, W_value))
+        mask = torch.triu(torch.ones(6, 6, dtype=torch.bool), diagonal=1)
+        weights = torch.softmax((q @ k.transpose(2, 3) / 2.0).masked_fill(mask, float("-inf")), dim=-1)
+        by_hand = out_proj((weights @ v).transpose(1, 2).reshape(2, 6, 12))
+        torch.manual_seed(123)
+        module = MultiHeadAttention(d_in=3, d_out=12, context_length=6, dropout=0.0, num_heads=3)
+        torch.testing.assert_close(module(batch), by_hand, atol=1e-6, rtol=0)

@@ -73,6 +73,14 @@ def _deck(ax, x: float, y: float, num_tokens: int, num_heads: int, head_dim: int
     return width, height
 
 
+def _axis_labels(ax, x: float, y: float, rows: int, cols: int, fontsize: float) -> None:
+    """Name the axes of a flat (T, d_out) grid: rows are tokens (numbered on the left), columns features."""
+    for r in range(rows):
+        label(ax, x - 0.35, y + r + 0.5, str(r), fontsize=fontsize * 0.8, color="#525252", ha="right")
+    label(ax, x - 1.5, y + rows / 2, "token", fontsize=fontsize * 0.8, color="#525252", rotation=90)
+    label(ax, x + cols / 2, y + rows + 1.6, "features →", fontsize=fontsize * 0.8, color="#525252")
+
+
 def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3,
                         fontsize: float = 10) -> CourseFigure:
     """The split-heads reshape, the attention in each head and the merge, for one sequence of the batch.
@@ -102,15 +110,16 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
 
     # --- top row: split ---------------------------------------------------------------------------------------
     top = 3.0
-    x0 = 1.0
+    x0 = 2.2                                           # room on the left for the rows' label
     width = x0 + d_out + gap_arrow + sliced_w + gap_arrow + deck_w + 5.0
     row_gap = 6.0
-    height = top + deck_h + row_gap + deck_h + 4.0
+    height = top + deck_h + row_gap + deck_h + 5.0
     fig, ax = diagram_canvas(width, height, inches_per_unit=0.3)
 
     y_q = top + (deck_h - T)                          # the flat tensors sit level with the deck's front card
     _sliced(ax, x0, y_q, T, H, D, PALETTE["queries"], name="queries $Q$",
             shape_text=f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs)
+    _axis_labels(ax, x0, y_q, T, d_out, fs)
     x1 = x0 + d_out + gap_arrow
     mid_y = y_q + T / 2
     arrow(ax, (x0 + d_out + 0.4, mid_y), (x1 - 0.4, mid_y), "view", fontsize=fs)
@@ -140,10 +149,13 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
             shape_text=f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs)
     arrow(ax, (x1 - 0.4, mid_z), (x0 + d_out + 0.4, mid_z), "$W_o$ (out_proj)", fontsize=fs)
     _cells(ax, x0, y_z, T, d_out, PALETTE["context"])
+    _axis_labels(ax, x0, y_z, T, d_out, fs)
     label(ax, x0 + d_out / 2, y_z - 1.5, "output", fontsize=fs, fontweight="bold")
     label(ax, x0 + d_out / 2, y_z + T + 0.75, f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs * 0.9,
           color="#525252")
     label(ax, x0 + d_out / 2, y_z - 0.45, "every feature mixes all heads", fontsize=fs * 0.8, color="#525252")
-    label(ax, width / 2, height - 0.8, f"one sequence of the batch drawn;  T = {T} tokens,  H = {H} heads,  "
-          f"D = head_dim = d_out / H = {D};  one shade per head", fontsize=fs * 0.85, color="#525252")
+    label(ax, width / 2, height - 1.2, f"Shapes include the batch axis B; the picture shows one of the B sequences "
+          f"(each goes the same way).\nT = {T} tokens,  H = {H} heads,  D = head_dim = d_out / H = {D};  "
+          f"one shade per head;  in every grid, a row is a token and a column a feature", fontsize=fs * 0.85,
+          color="#525252")
     return fig

@@ -12,17 +12,37 @@ import math
 from collections.abc import Sequence
 
 import torch
+from matplotlib.colors import ListedColormap
 
 from ..heads import full_width_heads_cost, split_heads_cost
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
 from ..widgets import LiveFigure, choice, int_slider, steps_slider
 
-__all__ = ["heads_text", "head_grid", "num_heads_explorer"]
+__all__ = ["heads_text", "print_table", "head_grid", "num_heads_explorer"]
 
 
 def heads_text(num_heads: int) -> str:
     """``"1 head"``, ``"12 heads"``: the count with the noun in the right number."""
     return f"{num_heads} head" if num_heads == 1 else f"{num_heads} heads"
+
+
+def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print ``rows`` under ``header``: the first column left-aligned unless it holds numbers, the others right-aligned; whole numbers with
+    thousands separators, other floats with two decimals."""
+    def is_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+    def cell(value) -> str:
+        if not is_number(value):
+            return str(value)
+        return f"{value:,}" if isinstance(value, int) else f"{value:,.2f}"
+
+    table = [list(header), *([cell(value) for value in row] for row in rows)]
+    widths = [max(len(line[column]) for line in table) for column in range(len(header))]
+    left = [column == 0 and not all(is_number(row[0]) for row in rows) for column in range(len(header))]
+    for line in table:
+        print("  ".join(text.ljust(width) if left[column] else text.rjust(width)
+                        for column, (text, width) in enumerate(zip(line, widths))).rstrip())
 
 
 def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 0, query: int = 0) -> LiveFigure:
@@ -86,8 +106,8 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
                        max_heads: int = 96, value: int = 12) -> LiveFigure:
     """A ``num_heads`` slider (every divisor of ``d_model`` up to ``max_heads``) for a layer of ``d_model`` features.
 
-    Left: the ``d_model`` features of one token's query, coloured by the head that reads them (ten colours,
-    repeating). Middle and right (linear scales, the ratio in the title): parameters (millions) and
+    Left: which head reads which of the ``d_model`` features of one token's query (one row per head, filled
+    where that head reads: more heads, thinner slices). Middle and right (linear scales, the ratio in the title): parameters (millions) and
     matrix-product GFLOPs for one sequence of ``num_tokens`` tokens, split heads next to heads that each get all
     ``d_model`` features. The returned :class:`LiveFigure` carries ``.strip_ax``, ``.params_bars`` and
     ``.flops_bars``.
@@ -97,11 +117,13 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
         raise ValueError(f"value must divide d_model={d_model} and be at most {max_heads}, got {value}")
     fig = new_figure(12, 3.8, ncols=3)
     strip_ax, params_ax, flops_ax = list(fig.axes)
-    strip = strip_ax.imshow(torch.zeros(1, d_model).numpy(), cmap="tab10", vmin=-0.5, vmax=9.5,
-                            aspect="auto", interpolation="nearest")
-    strip_ax.set_yticks([])
+    # One row per head, one column per feature: row h is filled where head h reads (a staircase of slices).
+    owner = ListedColormap(["white", "#e6550d"])   # a darker shade of the queries colour: thin slices stay visible
+    strip = strip_ax.imshow(torch.zeros(1, d_model).numpy(), cmap=owner, vmin=0, vmax=1, aspect="auto",
+                            interpolation="nearest")
     strip_ax.set_xticks([0, d_model // 4, d_model // 2, 3 * d_model // 4, d_model - 1])
     strip_ax.set_xlabel(f"feature of one token's query (0 … {d_model - 1})")
+    strip_ax.set_ylabel("head $h$ (filled: the features it reads)")
     bar_labels = ["split heads", "full-width heads"]
     # Linear scales, so the bars show the real ratio; parameters in millions, FLOPs in GFLOPs, everywhere.
     params_bars = Bars(params_ax, [1.0, 1.0], bar_labels, xlabel="", ylabel="parameters (millions)",
@@ -115,7 +137,11 @@ def num_heads_explorer(d_model: int = 768, num_tokens: int = 1024, *, qkv_bias: 
         split = split_heads_cost(d_model, num_heads, num_tokens, qkv_bias=qkv_bias)
         full = full_width_heads_cost(d_model, num_heads, num_tokens, qkv_bias=qkv_bias)
         head_of_feature = torch.arange(d_model) // split.head_dim   # feature i is read by head i // head_dim
-        strip.set_data((head_of_feature % 10).view(1, d_model).numpy())
+        reads = (head_of_feature[None, :] == torch.arange(num_heads)[:, None]).float()  # (H, d_model)
+        strip.set_data(reads.numpy())
+        strip.set_extent((-0.5, d_model - 0.5, num_heads - 0.5, -0.5))
+        shown = range(num_heads) if num_heads <= 12 else range(0, num_heads, num_heads // 8)
+        strip_ax.set_yticks(list(shown), labels=[str(h) for h in shown])
         strip_ax.set_title(f"{heads_text(num_heads)} × head_dim {split.head_dim} = {d_model} features")
         params_bars.update([split.parameters / 1e6, full.parameters / 1e6], highlight=1,
                            title=f"parameters: full width = {full.parameters / split.parameters:.1f} × split")
