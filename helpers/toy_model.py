@@ -238,8 +238,12 @@ class ToyTrainingRun:
 def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch.Tensor, num_steps: int = 100,
                     batch_size: int = 64, lr: float = 0.01, d_model: int = 32, num_heads: int = 2,
                     use_positions: bool = True, seed: int = 0, checkpoint_every: int = 10,
-                    device: torch.device | str | None = None) -> ToyTrainingRun:
-    """Train an :class:`AttentionOnlyModel` on ``task`` with Adam and cross-entropy; keep checkpoints in memory.
+                    device: torch.device | str | None = None,
+                    optimizer: type[torch.optim.Optimizer] = torch.optim.Adam) -> ToyTrainingRun:
+    """Train an :class:`AttentionOnlyModel` on ``task`` with cross-entropy; keep checkpoints in memory.
+
+    ``optimizer`` is the class of the optimiser (Adam by default), built as ``optimizer(model.parameters(), lr=lr)``;
+    every step trains on ``batch_size`` fresh sequences.
 
     Every ``checkpoint_every`` steps (and at 0 and ``num_steps``) it records the
     attention weights and predictions on ``watch_ids`` ``(N, T)`` and the accuracy
@@ -258,6 +262,8 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     _check_int("seed", seed)
+    if not (isinstance(optimizer, type) and issubclass(optimizer, torch.optim.Optimizer)):
+        raise TypeError(f"optimizer must be an optimiser class such as torch.optim.Adam, got {optimizer!r}")
     try:
         device = torch.device("cpu") if device is None else torch.device(device)
     except (RuntimeError, TypeError) as error:
@@ -269,19 +275,19 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     torch.set_num_threads(1)
     try:
         return _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_heads, use_positions,
-                      seed, checkpoint_every, device)
+                      seed, checkpoint_every, device, optimizer)
     finally:
         torch.set_num_threads(previous_threads)
 
 
 def _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_heads, use_positions, seed,
-           checkpoint_every, device) -> ToyTrainingRun:
+           checkpoint_every, device, optimizer_class) -> ToyTrainingRun:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AttentionOnlyModel(task.vocab_size, task.num_tokens, d_model, num_heads, use_positions)
     model = model.to(device)  # initialised on the CPU, then moved: the same start on every device
     watch_ids, test_ids = watch_ids.to(device), test_ids.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = optimizer_class(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
     test_targets = task.targets(test_ids)  # (M, T)
     steps, weights, predictions, accuracies, losses = [], [], [], [], []

@@ -37,7 +37,11 @@ def test_scrubber_shows_the_saved_weights_at_every_setting(reversal):
             shown = torch.as_tensor(np.asarray(view.fig.axes[head].images[0].get_array()))
             torch.testing.assert_close(shown, run.weights[checkpoint, 5, head])
             assert f"step {step}" in view.fig.axes[head].get_title()
+            assert "watched example 5" in view.fig.axes[head].get_title()
+            assert "accuracy" not in view.fig.axes[head].get_title()   # said once, by the step line
         assert list(view.fig.axes[2].lines[-1].get_xdata()) == [step, step]  # the red step line follows
+        accuracy_text = [t.get_text() for t in view.fig.axes[2].texts if "held-out accuracy" in t.get_text()]
+        assert accuracy_text == [f"step {step}: held-out accuracy {run.accuracies[checkpoint]:.0%}"]
         labels = [t.get_text() for t in view.fig.axes[0].get_yticklabels()]
         assert labels == query_labels(task, watch_ids[5], run.predictions[checkpoint, 5])
         pictures.add(bytes(view.image.value))
@@ -52,7 +56,7 @@ def test_scrubber_starts_where_asked_and_its_legend_covers_no_curve(reversal):
     task, watch_ids, run = reversal
     view = training_explorer(run, task, watch_ids, step=32, example=3)
     assert view.values() == {"step": 32, "example": 3}
-    assert "step 32" in view.fig.axes[0].get_title()
+    assert "watched example 3, step 32" in view.fig.axes[0].get_title()
     assert view.initial_png == bytes(view.image.value)
     curve_ax = view.fig.axes[2]
     assert "sharpen" in curve_ax.get_title() and "follows" not in curve_ax.get_title()
@@ -76,6 +80,11 @@ def test_locking_figure_shows_the_weight_on_the_source_per_row_and_step(reversal
         assert fig.axes[head].images[0].get_clim() == (0.0, 1.0)
         assert fig.axes[head].get_xlabel() == "training step"
     assert len(fig.axes) == 3  # two panels, one colour bar
+    colorbar_ax = fig.axes[2]
+    assert [list(line.get_ydata()) for line in colorbar_ax.lines] == [[0.5, 0.5]]   # the lock threshold is marked
+    assert "0.5" in colorbar_ax.get_ylabel()
+    ticks = [int(t.get_text()) for t in fig.axes[0].get_xticklabels()]
+    assert ticks[:3] == [0, 8, 16] and ticks[-1] == 96   # a tick every 8 steps
     # What the lesson says about the picture: the two ends pass 0.5 by step 28, before any other row; every row
     # has passed it by step 44.
     crossed = on_source > 0.5                                                  # (S, H, T)
@@ -90,10 +99,27 @@ def test_the_lesson_s_printed_numbers_sit_away_from_rounding_edges(reversal):
     for value, decimals in [(v, 3) for v in on_source[0].tolist()] + [(v, 2) for v in on_source[-1].tolist()]:
         scaled = value * 10 ** decimals
         assert abs(scaled - round(scaled)) < 0.45, value
+    for checkpoint in (0, run.checkpoint(36), -1):   # printed with one decimal in section 5
+        for value in on_source[checkpoint].tolist():
+            assert abs(value * 10 - round(value * 10)) < 0.45, value
     assert run.accuracies[-1] > 0.996
-    # "The accuracy rises before the weights sharpen": at step 36 most answers are right, the weights not yet sharp.
+    # "The accuracy passes 90% at step 36, when the heads put only about half their weight on the source."
     at_36 = run.checkpoint(36)
-    assert run.accuracies[at_36] > 0.85 and (on_source[at_36] < 0.65).all()
+    assert run.accuracies[at_36 - 1] < 0.9 < run.accuracies[at_36]
+    assert ((0.45 < on_source[at_36]) & (on_source[at_36] < 0.65)).all()
+
+
+def test_train_toy_model_takes_the_optimiser_the_lesson_passes(reversal):
+    """Section 4 passes optimizer=torch.optim.Adam: the default, so the run is the one it always was."""
+    task, watch_ids, run = reversal
+    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
+    short = dict(watch_ids=watch_ids, test_ids=test_ids, num_steps=8, lr=0.01, seed=0, checkpoint_every=4)
+    adam = train_toy_model(task, **short, optimizer=torch.optim.Adam)
+    assert adam.losses == run.losses[:8]
+    sgd = train_toy_model(task, **short, optimizer=torch.optim.SGD)
+    assert sgd.losses[0] == run.losses[0] and sgd.losses[1:] != run.losses[1:8]   # same start, other updates
+    with pytest.raises(TypeError, match="optimiser class"):
+        train_toy_model(task, **short, optimizer=torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.1))
 
 
 def test_scrubber_axes_are_labelled_and_share_one_colour_bar(reversal):
@@ -101,6 +127,10 @@ def test_scrubber_axes_are_labelled_and_share_one_colour_bar(reversal):
     view = training_explorer(run, task, watch_ids)
     heat_axes, curve_ax = view.fig.axes[:2], view.fig.axes[2]
     assert curve_ax.get_ylabel() and curve_ax.get_xlabel() == "training step"
+    baselines = " ".join(t.get_text() for t in curve_ax.texts)
+    assert "chance accuracy, 1/10" in baselines and "uniform weights, 1/T = 1/8" in baselines
+    # The curves sit below the heatmaps, full width: no colour-bar label next to another panel's axis label.
+    assert curve_ax.get_position().y1 < min(ax.get_position().y0 for ax in heat_axes)
     for ax in heat_axes:
         assert "query" in ax.get_ylabel() and "key" in ax.get_xlabel()
         assert ax.images[0].get_clim() == (0.0, 1.0)  # weights on a fixed 0..1 scale
@@ -118,6 +148,7 @@ def test_static_figures(reversal):
     assert stretched.axes[0].images[0].get_clim() == (0.0, 0.3) and "colour scale 0 to 0.3" in stretched.axes[0].get_title()
     titles = [ax.get_title() for ax in fig.axes[:4] if ax.images]
     assert titles[0] == "$A$ of head 0, step 0" and "heads" not in " ".join(titles)
+    assert ideal_pattern_figure(task, watch_ids[0]).axes[0].get_title() == "Ideal weights $A$ for reversal"
     figure_to_png(fig)  # draws without an error
     assert key_labels(task, watch_ids[0])[0] == "F·0"
 
@@ -138,7 +169,11 @@ def test_block_diagram_says_what_its_outline_and_fill_mean_and_numbers_the_cache
     joined = " ".join(texts)
     assert "no causal mask" in joined and "outlined blue" in joined and "filled yellow" in joined
     assert [str(row) for row in range(5)] == [t for t in texts if t.isdigit()][:5]   # rows 0..4, the new one last
-    assert "row 4 (red)" in joined and "rows 0 to 3" in joined
+    assert "row 4 (thick black outline)" in joined and "rows 0 to 3" in joined
+    assert "ACROSS" not in joined and "without a bias" in joined   # GPT-2's output layer is the tied wte
+    # Red means the residual paths only: the new cache row has its own (black) outline.
+    red = [p for p in fig.axes[0].patches if p.get_edgecolor()[:3] == (203 / 255, 24 / 255, 29 / 255)]
+    assert red and all(type(p).__name__ == "FancyArrowPatch" for p in red)
     assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 10   # readable at notebook width
 
 

@@ -21,6 +21,8 @@ from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 __all__ = ["transformer_block_diagram", "box"]
 
 TOY_EDGE = "#2171b5"  # outline of the parts that notebook 08's small model has too
+RESIDUAL = "#cb181d"  # the residual paths, and nothing else
+NEW_ROW_EDGE = "#000000"  # the new token's row in the KV cache
 
 
 def box(ax: Axes, x: float, y: float, width: float, height: float, text: str, *, color: str = "white",
@@ -42,8 +44,8 @@ def _plus(ax: Axes, x: float, y: float, radius: float = 0.45) -> None:
 
 def _residual(ax: Axes, start_y: float, plus_y: float, x_main: float, x_side: float) -> None:
     """The skip path: leave the main line at ``start_y``, run up the side, join the addition at ``plus_y``."""
-    ax.plot([x_main, x_side, x_side], [start_y, start_y, plus_y], color="#cb181d", linewidth=1.5)
-    arrow(ax, (x_side, plus_y), (x_main - 0.45, plus_y), color="#cb181d")
+    ax.plot([x_main, x_side, x_side], [start_y, start_y, plus_y], color=RESIDUAL, linewidth=1.5)
+    arrow(ax, (x_side, plus_y), (x_main - 0.45, plus_y), color=RESIDUAL)
 
 
 def _check_sizes(**sizes: int) -> None:
@@ -79,10 +81,9 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
 
     # Key: what the blue outline and the yellow fill mean.
     ax.plot([notes, notes + 1.4], [0.9, 0.9], color=TOY_EDGE, linewidth=3.0)
-    label(ax, notes + 1.8, 0.9, "outlined blue: also in notebook 08's model,", **note)
-    label(ax, notes + 1.8, 1.8, "whose attention has no causal mask (bidirectional)", **note)
-    box(ax, notes, 2.5, 1.4, 0.8, "", color=PALETTE["weights"])
-    label(ax, notes + 1.8, 2.9, "filled yellow: the attention of notebooks 01-07", **note)
+    label(ax, notes + 1.8, 0.9, "outlined blue: notebook 08's model has this part too", **note)
+    box(ax, notes, 1.5, 1.4, 0.8, "", color=PALETTE["weights"])
+    label(ax, notes + 1.8, 1.9, "filled yellow: the attention of notebooks 01-07", **note)
 
     # Top: the output layer and the final norm (the model is read from the bottom up).
     label(ax, mid, 0.8, f"$(B, T, {vocab_size})$: one logit per vocabulary entry", fontsize=text_size)
@@ -91,6 +92,9 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
         **toy)
     arrow(ax, (mid, 5.4), (mid, 4.4))
     box(ax, left, 5.4, width, 1.2, "final layer norm", fontsize=text_size)
+    label(ax, notes, 3.6, "GPT-2 reuses the token embedding's matrix here,", **note)
+    label(ax, notes, 4.5, "transposed, without a bias; notebook 08's read-out", **note)
+    label(ax, notes, 5.4, "has a matrix and a bias of its own", **note)
     arrow(ax, (mid, 9.05), (mid, 6.6))
 
     # The repeated block.
@@ -107,8 +111,8 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     arrow(ax, (mid, 17.15), (mid, 15.9))
     _plus(ax, mid, 17.6)
     arrow(ax, (mid, 19.0), (mid, 18.05))
-    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention\n$H = {num_heads}$", color=PALETTE["weights"],
-        fontsize=text_size, **toy)
+    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention, $H = {num_heads}$\n(notebook 08: no causal mask)",
+        color=PALETTE["weights"], fontsize=text_size, **toy)
     arrow(ax, (mid, 22.2), (mid, 21.2))
     box(ax, left, 22.2, width, 1.2, "layer norm", fontsize=text_size)
     _residual(ax, 24.6, 17.6, mid, side)
@@ -118,7 +122,7 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     label(ax, notes, 12.6, "the same two-layer network at every position", **note)
     label(ax, notes, 15.3, "red paths: residual connections; each sub-layer", **note)
     label(ax, notes, 16.2, "adds its output to its input (He et al. 2016)", **note)
-    label(ax, notes, 19.7, "mixes information ACROSS tokens: the only", **note)
+    label(ax, notes, 19.7, "mixes information across tokens: the only", **note)
     label(ax, notes, 20.6, "place where token $i$ reads the other tokens", **note)
     label(ax, notes, 22.4, "layer norm: each token vector rescaled to mean 0,", **note)
     label(ax, notes, 23.3, "variance 1, then a learned scale and shift (Ba et al. 2016)", **note)
@@ -149,11 +153,12 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     for x in (k_x, v_x):  # the new token's row, computed now; the rows above come from the cache
         for c in range(2):
             ax.add_patch(FancyBboxPatch((x + c, grid_y + cached_tokens), 1, 1, boxstyle="square,pad=0",
-                                        facecolor="none", edgecolor="#cb181d", linewidth=2.5))
+                                        facecolor="none", edgecolor=NEW_ROW_EDGE, linewidth=3.0))
     kv_notes = 17.0
     label(ax, kv_notes, grid_y + 0.7, f"rows 0 to {cached_tokens - 1}: keys and values of the earlier tokens, "
           "stored", **note)
-    label(ax, kv_notes, grid_y + 1.9, f"row {cached_tokens} (red): the new token's $k$ and $v$, computed now",
+    label(ax, kv_notes, grid_y + 1.9, f"row {cached_tokens} (thick black outline): the new token's $k$ and $v$, "
+          "computed now",
           **note)
     label(ax, kv_notes, grid_y + 3.1, f"the new token's $q$ attends to all {cached_tokens + 1} rows", **note)
     label(ax, kv_notes, grid_y + 4.3, "with a causal mask, old rows never change: keep them", **note)

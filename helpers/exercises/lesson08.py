@@ -2,7 +2,7 @@
 
 1. read the training record: the step at which each output position locks onto its source;
 2. predict a ceiling: the best accuracy any model without positions can reach on reversal;
-3. spot the bug: a position embedding looked up by the wrong index.
+3. spot the bug: an ideal attention pattern that is right for reversal only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
 
-__all__ = ["lock_steps", "blind_ceiling", "position_lookup"]
+__all__ = ["lock_steps", "blind_ceiling", "ideal_weights"]
 
 
 # --- 1. the step at which each row locks ------------------------------------------------------------------------
@@ -22,28 +22,28 @@ def _curves_cases(g: torch.Generator) -> list[Case]:
         steps = torch.arange(num_checkpoints) * every
         starts = torch.randint(1, num_checkpoints - 2, (num_tokens,), generator=g)
         rise = torch.sigmoid((torch.arange(num_checkpoints).unsqueeze(1) - starts) * 1.5)   # (S, T)
-        on_source = (0.12 + 0.86 * rise + 0.03 * randn(g, num_checkpoints, num_tokens)).clamp(0.0, 1.0)
-        on_source[on_source.sub(0.5).abs() < 1e-3] = 0.52   # no value sits exactly on the threshold
-        return on_source, steps
-    on_source, steps = curves(12, 6, 4)
-    on_source[:, 0] = torch.tensor([0.12, 0.2, 0.55, 0.62, 0.45, 0.4, 0.58, 0.7, 0.8, 0.9, 0.95, 0.97])  # dips
-    on_source[:, 1] = torch.linspace(0.1, 0.4, 12)   # never gets there
+        row_weights = (0.12 + 0.86 * rise + 0.03 * randn(g, num_checkpoints, num_tokens)).clamp(0.0, 1.0)
+        row_weights[row_weights.sub(0.5).abs() < 1e-3] = 0.52   # no value sits exactly on the threshold
+        return row_weights, steps
+    row_weights, steps = curves(12, 6, 4)
+    row_weights[:, 0] = torch.tensor([0.12, 0.2, 0.55, 0.62, 0.45, 0.4, 0.58, 0.7, 0.8, 0.9, 0.95, 0.97])  # dips
+    row_weights[:, 1] = torch.linspace(0.1, 0.4, 12)   # never gets there
     dips = Case("12 checkpoints every 4 steps, 6 rows, one row that dips below 0.5 again, one that never locks",
-                (on_source, steps))
-    on_source, steps = curves(26, 8, 4)
-    smooth = Case("26 checkpoints every 4 steps, 8 rows", (on_source, steps))
-    on_source, steps = curves(9, 5, 10)
-    on_source[:, 2] = 0.9    # locked from the start
-    on_source[:, 4] = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 0.48, 0.49, 0.6, 0.3])   # lost at the end
+                (row_weights, steps))
+    row_weights, steps = curves(26, 8, 4)
+    smooth = Case("26 checkpoints every 4 steps, 8 rows", (row_weights, steps))
+    row_weights, steps = curves(9, 5, 10)
+    row_weights[:, 2] = 0.9    # locked from the start
+    row_weights[:, 4] = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 0.48, 0.49, 0.6, 0.3])   # lost at the end
     early = Case("9 checkpoints every 10 steps, 5 rows, one locked from step 0, one that falls at the end",
-                 (on_source, steps))
+                 (row_weights, steps))
     return [dips, smooth, early]
 
 
-def _reference_lock_steps(on_source, steps):
+def _reference_lock_steps(row_weights, steps):
     result = []
-    for row in range(on_source.shape[1]):
-        above = (on_source[:, row] > 0.5).tolist()
+    for row in range(row_weights.shape[1]):
+        above = (row_weights[:, row] > 0.5).tolist()
         lock = -1
         for index in range(len(above) - 1, -1, -1):   # walk back from the end while the row stays above
             if not above[index]:
@@ -53,35 +53,35 @@ def _reference_lock_steps(on_source, steps):
     return torch.tensor(result)
 
 
-def _solution_lock_steps(on_source, steps):
-    above = on_source > 0.5                                  # (S, T): above the threshold at each checkpoint?
+def _solution_lock_steps(row_weights, steps):
+    above = row_weights > 0.5                                # (S, T): above the threshold at each checkpoint?
     stays = above.flip(0).cumprod(dim=0).flip(0).bool()     # (S, T): above here AND at every later checkpoint
     first = stays.int().argmax(dim=0)                        # (T,): the first checkpoint from which it stays
     return torch.where(stays[-1], steps[first], -1)          # rows not above at the end never locked
 
 
-def _first_crossing(on_source, steps):
-    above = on_source > 0.5
+def _first_crossing(row_weights, steps):
+    above = row_weights > 0.5
     return torch.where(above.any(dim=0), steps[above.int().argmax(dim=0)], -1)
 
 
-def _indices_not_steps(on_source, steps):
-    stays = (on_source > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+def _indices_not_steps(row_weights, steps):
+    stays = (row_weights > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
     return torch.where(stays[-1], stays.int().argmax(dim=0), -1)
 
 
-def _no_minus_one(on_source, steps):
-    stays = (on_source > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+def _no_minus_one(row_weights, steps):
+    stays = (row_weights > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
     return steps[stays.int().argmax(dim=0)]
 
 
 lock_steps = FunctionExercise(
     "The step at which each row locks",
-    "write lock_steps(on_source, steps): on_source (num_checkpoints, num_tokens) holds one head's weight on the "
+    "write lock_steps(row_weights, steps): row_weights (num_checkpoints, num_tokens) holds one head's weight on the "
     "source of each output position at each checkpoint, steps (num_checkpoints,) the training step of each "
-    "checkpoint. Return, for every output position, the training step from which its weight stays above 0.5 at "
-    "every later checkpoint, or -1 if it is not above 0.5 at the last checkpoint. Shape (num_tokens,), no Python "
-    "loop.",
+    "checkpoint. Return a tensor of shape (num_tokens,) (any integer or float dtype): for every output position, "
+    "the training step from which its weight stays above 0.5 at every later checkpoint, or -1 if it is not above "
+    "0.5 at the last checkpoint. No Python loop.",
     reference=_reference_lock_steps,
     cases=_curves_cases,
     hint=["Sketch a row whose weight goes 0.2, 0.6, 0.4, 0.7, 0.9. At which checkpoint does it lock, and what do "
@@ -141,10 +141,12 @@ def _counts(token_ids, vocab_size):
 
 blind_ceiling = FunctionExercise(
     "The best accuracy possible without positions",
-    "write blind_ceiling(token_ids, vocab_size): token_ids (batch, num_tokens) are random reversal inputs, "
-    "num_tokens even. Return, as a 0-dim tensor, the expected accuracy on them of the best possible model that "
-    "cannot see positions (its answer at a position may depend only on that position's letter and on which "
-    "letters the sequence holds). No Python loop.",
+    "write blind_ceiling(token_ids, vocab_size): token_ids (batch, num_tokens) are reversal inputs, num_tokens "
+    "even. A model that cannot see positions answers at each position from that position's letter and the "
+    "letter counts of its sequence (how many times each letter occurs, not where). For every sequence and output "
+    "position, take the probability that the best such answer is right when the letters of that sequence stand in "
+    "a random order (every order equally likely); return the mean over all positions of all sequences, as a "
+    "0-dim tensor. No Python loop.",
     reference=_reference_blind_ceiling,
     cases=_blind_cases,
     hint=["Put yourself in the model's place at one output position: you see your own letter and the bag of "
@@ -171,49 +173,51 @@ blind_ceiling = FunctionExercise(
 )
 
 
-# --- 4. spot the bug: the position table looked up by the letter ------------------------------------------------
-def _embed_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, tokens, vocab, context_length, width):
-        token_ids = torch.randint(0, vocab, (batch, tokens), generator=g)
-        token_ids[:, 1] = token_ids[:, 0]   # a repeated letter in every sequence
-        return Case(description, (token_ids, randn(g, vocab, width), randn(g, context_length, width)))
-    return [case("3 sequences of 8 tokens, 10 letters, a table of 12 positions", 3, 8, 10, 12, 4),
-            case("2 sequences of 5 tokens, 6 letters, a table of 8 positions", 2, 5, 6, 8, 3)]
+# --- 3. spot the bug: the ideal pattern transposed ----------------------------------------------------------------
+def _source_cases(g: torch.Generator) -> list[Case]:
+    shuffled = torch.randperm(6, generator=g)
+    return [Case("reversal of 8 tokens, source [7, 6, 5, 4, 3, 2, 1, 0]", (torch.arange(7, -1, -1),)),
+            Case("rotation by 3 of 8 tokens, source [5, 6, 7, 0, 1, 2, 3, 4]", ((torch.arange(8) - 3) % 8,)),
+            Case(f"a shuffle of 6 tokens, source {shuffled.tolist()}", (shuffled,)),
+            Case("4 tokens where outputs 0 and 1 both copy input 2, source [2, 2, 0, 1]",
+                 (torch.tensor([2, 2, 0, 1]),))]
 
 
-def buggy_embed(token_ids, token_table, position_table):
-    # token_ids (B, T); token_table (vocab_size, d); position_table (context_length, d), context_length >= T
-    token_vecs = token_table[token_ids]        # (B, T) -> (B, T, d): the vector of each letter
-    position_vecs = position_table[token_ids]  # (B, T) -> (B, T, d): the vector of each position
-    return token_vecs + position_vecs
+def buggy_ideal(source):
+    # source (T,) long: output position i copies the input token at position source[i]
+    num_tokens = len(source)
+    pattern = torch.zeros(num_tokens, num_tokens)     # (T, T): rows = queries (outputs), columns = keys (inputs)
+    pattern[source, torch.arange(num_tokens)] = 1.0
+    return pattern
 
 
-def _solution_embed(token_ids, token_table, position_table):
-    num_tokens = token_ids.shape[1]
-    token_vecs = token_table[token_ids]                          # (B, T, d)
-    position_vecs = position_table[torch.arange(num_tokens)]     # (T, d): row t belongs to position t
-    return token_vecs + position_vecs                            # (B, T, d) + (T, d) -> (B, T, d)
+def _solution_ideal(source):
+    num_tokens = len(source)
+    pattern = torch.zeros(num_tokens, num_tokens)     # (T, T): rows = queries (outputs), columns = keys (inputs)
+    pattern[torch.arange(num_tokens), source] = 1.0   # row i, the query of output i, has its 1 at its source key
+    return pattern
 
 
-position_lookup = SpotTheBug(
-    "Spot the bug: position embeddings",
-    "embed(token_ids, token_table, position_table) should give every token its letter's vector plus the vector of "
-    "the position it stands at, like the model of this notebook. A model built on this version trains without an "
-    "error, yet it cannot learn to reverse. Find the bug and fix it.",
-    reference=lambda ids, tokens, positions: tokens[ids] + positions[: ids.shape[1]],
-    cases=_embed_cases,
-    hint=["Take a sequence with the same letter at positions 0 and 1. Which two position vectors do they get?",
-          "Section 6 of the lesson showed what a model without positions cannot do. What makes this version "
-          "equivalent to it?"],
-    solution=_solution_embed,
-    buggy=buggy_embed,
-    bug_message="position_table[token_ids] looks the position table up by the letter, not by where it stands: equal "
-                "letters get the same 'position' and a letter gets the same one wherever it is, so the model is "
-                "as blind to order as the model without positions. Row t of the table belongs to position t.",
+ideal_weights = SpotTheBug(
+    "Spot the bug: an ideal pattern for any fetch task",
+    "ideal_weights(source) should return the ideal attention weights A (num_tokens, num_tokens) of a fetch task, "
+    "rows = output positions (queries), columns = input positions (keys): source (num_tokens,) holds, for each "
+    "output position i, the input position source[i] it copies. For reversal this code gives exactly "
+    "task.ideal_pattern(), yet for a rotation its 1s are not where a trained model's weights go. Find the bug and "
+    "fix it.",
+    reference=lambda source: torch.eye(len(source))[source],
+    cases=_source_cases,
+    hint=["Work out the right pattern for source = [1, 2, 0] by hand: in which column does row 0 have its 1? "
+          "Then run the code above on torch.tensor([1, 2, 0]) and compare.",
+          "Why does the code give the right answer for reversal? Look at the anti-diagonal: what do you get if you "
+          "swap the roles of its rows and columns?"],
+    solution=_solution_ideal,
+    buggy=buggy_ideal,
+    bug_message="the 1 for output i sits in row source[i], column i: the transposed pattern. The anti-diagonal of "
+                "reversal is its own transpose, so the two agree there, but for a rotation they do not. Row i is "
+                "query i (output i); its 1 belongs in the column of its source key.",
     mistakes=[
-        Mistake(lambda ids, tokens, positions: tokens[ids],
-                "your vectors carry no position at all: add each position's row of the position table."),
-        Mistake(lambda ids, tokens, positions: tokens[ids] + positions[: ids.shape[1]].flip(0),
-                "you gave position t the row of position T - 1 - t. Row t of the table belongs to position t."),
+        Mistake(lambda source: torch.eye(len(source)).flip(0),
+                "you drew reversal's anti-diagonal whatever the task: take the 1s' places from `source`."),
     ],
 )

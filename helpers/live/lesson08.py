@@ -61,7 +61,7 @@ def ideal_pattern_figure(task: FetchTask, token_ids: torch.Tensor) -> CourseFigu
     """The task's ideal attention on one example sequence ``(T,)``."""
     fig = new_figure(5.4, 4.6)
     _heatmap(fig.axes[0], task.ideal_pattern(), task, token_ids, query_labels(task, token_ids),
-             f"Ideal $A$ for {task.name}")
+             f"Ideal weights $A$ for {task.name}")
     return fig
 
 
@@ -99,31 +99,35 @@ def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
     fig = new_figure(5.2 * num_heads + 0.8, 3.6, ncols=num_heads)
     sources = task.source_positions().tolist()
     rows = [f"out {i} (source {j})" for i, j in enumerate(sources)]
-    every = max(1, len(run.steps) // 6)
+    every = max(1, len(run.steps) // 12)   # a tick every few checkpoints (every 8 steps in the lesson's run)
     for head, ax in enumerate(fig.axes[:num_heads]):
         heatmap = Heatmap(ax, on_source[:, head].T, rows, [str(step) for step in run.steps], vmin=0.0, vmax=1.0,
                           annotate=False, xlabel="training step", ylabel="query: output position $i$",
                           title=f"Head {head}: weight on the source, by training step",
-                          colorbar_label="mean weight on the source")
+                          colorbar_label="mean weight on the source\n(red line: 0.5, where a row locks)")
         ax.set_xticks(range(0, len(run.steps), every), labels=[str(s) for s in run.steps[::every]], rotation=0,
                       ha="center")
         if head < num_heads - 1:
             heatmap.colorbar.remove()
+        else:
+            heatmap.colorbar.ax.axhline(0.5, color="red", linewidth=2.5)
     return fig
 
 
 def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, step: int = 0,
                       example: int = 0) -> LiveFigure:
-    """Two sliders (training step, watched example) over each head's weights, beside the learning curves.
+    """Two sliders (training step, watched example) over each head's weights, above the learning curves.
 
-    Left: one heatmap per head at the chosen checkpoint and example. Right: held-out accuracy and each head's
+    Top: one heatmap per head at the chosen checkpoint and example. Bottom: held-out accuracy and each head's
     mean weight on the source over training, with a red line at the chosen step. ``step`` and ``example`` set
     where the sliders start (and so the picture a reader sees before moving them).
     """
     run.checkpoint(step)  # a clear error if there is no checkpoint at that step
     num_heads = run.weights.shape[2]
-    fig = new_figure(12, 4.4, ncols=num_heads + 1)
-    head_axes, curve_ax = fig.axes[:num_heads], fig.axes[num_heads]
+    fig = CourseFigure(figsize=(12, 8.2), layout="constrained")
+    grid = fig.add_gridspec(2, num_heads, height_ratios=(1.45, 1))
+    head_axes = [fig.add_subplot(grid[0, head]) for head in range(num_heads)]
+    curve_ax = fig.add_subplot(grid[1, :])
     first = query_labels(task, watch_ids[0], run.predictions[0, 0])
     head_maps = [_heatmap(ax, run.weights[0, 0, head], task, watch_ids[0], first, "", colorbar=head == num_heads - 1)
                  for head, ax in enumerate(head_axes)]
@@ -131,26 +135,37 @@ def training_explorer(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Ten
     on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=(1, 3))
     curve_ax.plot(run.steps, run.accuracies, color="black", linewidth=2, label="held-out accuracy")
     for head in range(num_heads):
-        curve_ax.plot(run.steps, on_source[:, head], label=f"head {head}: weight on source")
+        curve_ax.plot(run.steps, on_source[:, head],
+                      label=f"head {head}: weight on the source, mean over watched examples")
+    right = run.steps[-1]
     curve_ax.axhline(1 / task.vocab_size, color="gray", linestyle=":", linewidth=1)
-    curve_ax.text(run.steps[-1], 1 / task.vocab_size - 0.015, "chance", ha="right", va="top", color="gray")
+    curve_ax.text(right, 1 / task.vocab_size - 0.02, f"chance accuracy, 1/{task.vocab_size}", ha="right", va="top",
+                  color="gray")
+    curve_ax.axhline(1 / task.num_tokens, color="gray", linestyle="--", linewidth=1)
+    curve_ax.text(right, 1 / task.num_tokens + 0.02, f"uniform weights, 1/T = 1/{task.num_tokens}", ha="right",
+                  va="bottom", color="gray")
     step_line = curve_ax.axvline(0, color="red", linewidth=1.5)
-    curve_ax.set(ylim=(0, 1.05), xlabel="training step", ylabel="accuracy, or mean weight on source",
-                 title="Accuracy rises before\nthe weights sharpen")
-    # Below the finished curves and above the chance line: the legend covers no part of a curve.
-    curve_ax.legend(loc="lower right", bbox_to_anchor=(1.0, 0.1), fontsize=8, handlelength=1.2, borderaxespad=0.2)
+    step_text = curve_ax.text(0, 1.02, "", color="red", ha="left", va="bottom")
+    curve_ax.set(ylim=(0, 1.12), xlabel="training step", ylabel="accuracy, or mean weight\non the source",
+                 title="Accuracy rises before the weights sharpen")
+    # Right of the finished curves, between the baselines and the top: the legend covers no part of a curve.
+    curve_ax.legend(loc="center right", bbox_to_anchor=(1.0, 0.55), borderaxespad=0.3)
 
     def redraw(step: int, example: int) -> None:
         checkpoint = run.checkpoint(step)
         for head, heatmap in enumerate(head_maps):
             heatmap.update(run.weights[checkpoint, example, head],
-                           title=f"$A$ of head {head}, step {step}, accuracy {run.accuracies[checkpoint]:.0%}")
+                           title=f"$A$ of head {head}, watched example {example}, step {step}")
             heatmap.ax.set_yticklabels(query_labels(task, watch_ids[example], run.predictions[checkpoint, example]))
             heatmap.ax.set_xticklabels(key_labels(task, watch_ids[example]))
         step_line.set_xdata([step, step])
+        late = step > right / 2   # the label sits on the side of the line where there is room
+        step_text.set_position((step - 0.01 * right if late else step + 0.01 * right, 1.02))
+        step_text.set_horizontalalignment("right" if late else "left")
+        step_text.set_text(f"step {step}: held-out accuracy {run.accuracies[checkpoint]:.0%}")
 
     every = run.steps[1] - run.steps[0]
     return LiveFigure(fig, redraw, {
         "step": int_slider("training step", step, 0, run.steps[-1], step=every),
-        "example": int_slider("held-out example", example, 0, len(watch_ids) - 1),
-    }, animated=[step_line])
+        "example": int_slider("watched example", example, 0, len(watch_ids) - 1),
+    }, animated=[step_line, step_text])
