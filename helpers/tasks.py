@@ -139,6 +139,28 @@ class TrainingRun:
         return next((step for step, weight in enumerate(self.target_weights) if weight >= threshold), None)
 
 
+class _ProbeRecord:
+    """Watches the probe sentence during training: its mean weight on the target after every step, and its
+    ``(T, T)`` weights (on the CPU) every ``snapshot_every`` steps and after the last one."""
+
+    def __init__(self, task: PreviousTokenTask, device: torch.device, num_steps: int, snapshot_every: int):
+        self.labels, probe_ids = task.probe()
+        self.x = task.embed(probe_ids).to(device)  # (T, d_in)
+        self.target_positions = task.target_positions().to(device)
+        self.num_steps, self.snapshot_every = num_steps, snapshot_every
+        self.steps: list[int] = []
+        self.snapshots: list[torch.Tensor] = []
+        self.target_weights: list[float] = []
+
+    def record(self, model: nn.Module, step: int) -> None:
+        with torch.no_grad():
+            _, probe_weights = model(self.x, return_weights=True)  # (T, T)
+        self.target_weights.append(float(weight_on_target(probe_weights, self.target_positions).mean()))
+        if step % self.snapshot_every == 0 or step == self.num_steps:
+            self.steps.append(step)
+            self.snapshots.append(probe_weights.cpu().clone())
+
+
 def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = SelfAttention_v2, *,
                     num_steps: int = 200, batch_size: int = 64, lr: float = 0.02, seed: int = 123,
                     snapshot_every: int = 5, device: torch.device | str | None = None) -> TrainingRun:
@@ -170,32 +192,24 @@ def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = Se
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     vocab_size = len(task.vocab)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = attention_cls(task.d_in, vocab_size)
     device = torch.device("cpu") if device is None else torch.device(device)
-    model = model.to(device)
+    probe = _ProbeRecord(task, device, num_steps, snapshot_every)
+    with torch.random.fork_rng(devices=[]):                # the caller's random stream is left alone
+        torch.manual_seed(seed)                            # seed fixes the initial weights ...
+        model = attention_cls(task.d_in, vocab_size).to(device)
+    generator = torch.Generator().manual_seed(seed)        # ... and the batches
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    probe_labels, probe_ids = task.probe()
-    probe_x = task.embed(probe_ids).to(device)  # (T, d_in)
-    target_positions = task.target_positions().to(device)
-    steps, snapshots, losses, target_weights = [], [], [], []
-    for step in range(num_steps + 1):
-        with torch.no_grad():
-            _, probe_weights = model(probe_x, return_weights=True)  # (T, T)
-        target_weights.append(float(weight_on_target(probe_weights, target_positions).mean()))
-        if step % snapshot_every == 0 or step == num_steps:
-            steps.append(step)
-            snapshots.append(probe_weights.cpu().clone())
-        if step == num_steps:
-            break
-        token_ids = task.sample(batch_size, generator)  # (B, T), drawn on the CPU
-        logits = model(task.embed(token_ids).to(device))  # (B, T, d_in) -> (B, T, vocab_size)
-        targets = task.targets(token_ids).to(device)  # (B, T)
+    probe.record(model, step=0)                            # the probe's weights before training
+    losses = []
+    for step in range(1, num_steps + 1):
+        token_ids = task.sample(batch_size, generator)     # (B, T) word ids, drawn on the CPU
+        logits = model(task.embed(token_ids).to(device))   # (B, T, d_in) -> (B, T, vocab_size)
+        targets = task.targets(token_ids).to(device)       # (B, T): the word each token must name
         loss = nn.functional.cross_entropy(logits.reshape(-1, vocab_size), targets.reshape(-1))
         optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss.backward()                                    # gradients for W_query, W_key, W_value
+        optimizer.step()                                   # one Adam step
         losses.append(loss.item())
-    return TrainingRun(model.eval(), steps, torch.stack(snapshots), losses, target_weights, probe_labels)
+        probe.record(model, step)                          # the probe's weights after this step
+    return TrainingRun(model.eval(), probe.steps, torch.stack(probe.snapshots), losses, probe.target_weights,
+                       probe.labels)

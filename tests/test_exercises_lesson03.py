@@ -10,7 +10,7 @@ import torch
 
 from helpers.exercises import lesson03
 
-EXERCISES = [lesson03.shapes, lesson03.self_attention, lesson03.cross_attention]
+EXERCISES = [lesson03.shapes, lesson03.query_key_matrix, lesson03.cross_attention]
 
 
 def placeholder(*args):
@@ -28,7 +28,7 @@ def test_model_answer_passes_and_placeholder_is_not_done(exercise):
 def test_hints_do_not_hold_the_answer(exercise):
     hints = " ".join(exercise._hints)
     for answer in ("transpose(-2, -1)", "transpose(-1, -2)", "inputs @ W", "x_kv @ W_value", "(num_tokens, num_tokens)",
-                   "mT", "keys.shape[-1]"):
+                   "mT", "keys.shape[-1]", "W_key.T", "W_k^T", "W_kᵀ", "W_q W_k", "@ W_key", "x_q @ W_value"):
         assert answer not in hints
 
 
@@ -74,82 +74,68 @@ def test_shapes_catches_swaps_that_only_show_when_sizes_differ():
         assert not lesson03.shapes.check(wrong)
 
 
-def test_self_attention_rejects_a_loop_over_tokens_even_with_right_values():
-    def looped(inputs, W_query, W_key, W_value):
-        rows = [lesson03._solution_self_attention(x.unsqueeze(-2), W_query, W_key, W_value) for x in inputs]
-        return lesson03._solution_self_attention(inputs, W_query, W_key, W_value) if rows else None
-    feedback = lesson03.self_attention.check(looped)
-    assert not feedback and "loop" in feedback.message
-
-
-# --- 3. self-attention ----------------------------------------------------------------------------------
-def test_self_attention_dot_T_is_not_enough_for_a_batch():
-    def dot_t(inputs, W_query, W_key, W_value):
-        queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-        return torch.softmax(queries @ keys.T / math.sqrt(keys.shape[-1]), dim=-1) @ values
-    with warnings.catch_warnings():  # `.T` on a 3-d tensor warns in some torch versions
-        warnings.simplefilter("ignore")
-        feedback = lesson03.self_attention.check(dot_t)
-    assert not feedback and "batch" in feedback.message
-
-
-def test_self_attention_accepts_other_right_forms():
-    def with_mT(inputs, W_query, W_key, W_value):
-        queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-        attn_weights = (queries @ keys.mT / keys.shape[-1] ** 0.5).softmax(dim=-1)
-        return attn_weights @ values
-    assert lesson03.self_attention.check(with_mT).passed
-
-    def with_einsum(inputs, W_query, W_key, W_value):
-        queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-        attn_scores = torch.einsum("...qd,...kd->...qk", queries, keys)
-        return torch.nn.functional.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1) @ values
-    assert lesson03.self_attention.check(with_einsum).passed
-
-
-def test_self_attention_forbids_ready_made_attention():
-    def ready_made(inputs, W_query, W_key, W_value):
-        return torch.nn.functional.scaled_dot_product_attention(inputs @ W_query, inputs @ W_key, inputs @ W_value)
-    feedback = lesson03.self_attention.check(ready_made)
-    assert not feedback and "scaled_dot_product_attention" in feedback.message
-
+# --- 2. one matrix behind the scores ----------------------------------------------------------------------
+def test_query_key_matrix_gives_the_lesson_scores():
+    """W_qk from the model answer reproduces S / sqrt(d_k) of the lesson's journey example, and is not symmetric."""
     import helpers
-
-    def course_version(inputs, W_query, W_key, W_value):
-        return helpers.scaled_dot_product_attention(inputs @ W_query, inputs @ W_key, inputs @ W_value)[0]
-    feedback = lesson03.self_attention.check(course_version)
-    assert not feedback and "scaled_dot_product_attention" in feedback.message
-
-
-def test_self_attention_rejects_a_loop_over_the_batch():
-    def per_sequence(inputs, W_query, W_key, W_value):
-        if inputs.dim() == 2:
-            return lesson03._solution_self_attention(inputs, W_query, W_key, W_value)
-        return torch.stack([lesson03._solution_self_attention(x, W_query, W_key, W_value) for x in inputs])
-    feedback = lesson03.self_attention.check(per_sequence)
-    assert not feedback and "loop" in feedback.message
+    _, inputs = helpers.your_journey()
+    torch.manual_seed(123)
+    W_query, W_key = torch.rand(3, 2), torch.rand(3, 2)
+    W_qk = lesson03._solution_query_key_matrix(W_query, W_key)
+    assert W_qk.shape == (3, 3) and not torch.allclose(W_qk, W_qk.T)
+    torch.testing.assert_close(inputs @ W_qk @ inputs.T, (inputs @ W_query) @ (inputs @ W_key).T / math.sqrt(2))
 
 
-def test_self_attention_names_softmax_over_queries_in_a_batch():
-    def over_dim_1(inputs, W_query, W_key, W_value):
-        queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value
-        return torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1]), dim=1) @ values
-    feedback = lesson03.self_attention.check(over_dim_1)
-    assert not feedback and "dim=1" in feedback.message and "batch" in feedback.message
+def test_query_key_matrix_accepts_other_right_forms():
+    forms = [
+        lambda W_query, W_key: torch.mm(W_query, W_key.t()) / W_key.shape[1] ** 0.5,
+        lambda W_query, W_key: torch.einsum("ik,jk->ij", W_query, W_key) / math.sqrt(W_key.size(-1)),
+        lambda W_query, W_key: (W_query / math.sqrt(W_query.shape[-1])) @ W_key.mT,
+        lambda W_query, W_key: (W_key @ W_query.T).T * W_key.shape[1] ** -0.5,
+    ]
+    for form in forms:
+        assert lesson03.query_key_matrix.check(form).passed
 
 
+@pytest.mark.parametrize("wrong, words", [
+    (lambda wq, wk: wq @ wk.T, "scaled scores"),
+    (lambda wq, wk: wk @ wq.T / math.sqrt(wk.shape[1]), "transpose"),
+    (lambda wq, wk: wq.T @ wk / math.sqrt(wk.shape[1]), "(d_k, d_k)"),
+    (lambda wq, wk: wq @ wk.T / math.sqrt(wq.shape[0]), "sqrt(d_in)"),
+    (lambda wq, wk: wq @ wk.T / wk.shape[1], "square root"),
+    (lambda wq, wk: wq @ wq.T / math.sqrt(wk.shape[1]), None),  # queries compared with queries: wrong values
+    (lambda wq, wk: torch.eye(wq.shape[0]), None),
+])
+def test_query_key_matrix_rejects_plausible_wrong_answers(wrong, words):
+    feedback = lesson03.query_key_matrix.check(wrong)
+    assert not feedback
+    if words:
+        assert words in feedback.message, feedback.message
+
+
+def test_query_key_matrix_names_a_matmul_that_cannot_run():
+    feedback = lesson03.query_key_matrix.check(lambda W_query, W_key: W_query @ W_key)
+    assert not feedback and "raised" in feedback.message
+
+
+# --- 3. cross-attention
 leftover = torch.ones(6, 6) / 6  # a global a learner's function might read by accident
 
 
 def test_reading_a_notebook_global_is_named():
-    def reads_global(inputs, W_query, W_key, W_value):
-        values = inputs @ W_value
+    def reads_global(x_q, x_kv, W_query, W_key, W_value):
+        values = x_kv @ W_value
         return leftover @ values
-    feedback = lesson03.self_attention.check(reads_global)
+    feedback = lesson03.cross_attention.check(reads_global)
     assert "`leftover`" in feedback.message and "global" in feedback.message
 
 
-# --- 4. cross-attention -------------------------------------------------------------------------------
+def test_cross_attention_text_does_not_point_at_the_bug():
+    task = lesson03.cross_attention.task
+    for giveaway in ("same length", "lengths differ", "different length", "x_q @ W_value", "values"):
+        assert giveaway not in task.replace("keys and values", ""), giveaway
+
+
 def test_cross_attention_bug_is_named():
     feedback = lesson03.cross_attention.check(lesson03.buggy_cross_attention)
     assert not feedback and "different lengths" in feedback.message

@@ -1,15 +1,25 @@
-"""Notebook 03's pictures: the training slider shows the recorded snapshots, and the Q/K/V diagram has true shapes."""
+"""Notebook 03's pictures and measurements: the training slider shows the recorded snapshots, the Q/K/V diagram has
+true shapes, the initialisation tables print what the lesson says, and the lesson's own classes are the ones in
+``helpers``."""
 
 from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
 
 import pytest
 import torch
 from matplotlib.patches import Rectangle
+from torch import nn
 
 import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
-from helpers.live.lesson03 import training_explorer, weights_side_by_side
+from helpers.live.lesson03 import (init_side_by_side, init_stats, init_table, saturation, saturation_table,
+                                   training_explorer, weights_side_by_side)
 from helpers.plotting import figure_to_png
+
+NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "03_trainable_qkv.ipynb"
 
 
 @pytest.fixture(scope="module")
@@ -28,25 +38,28 @@ def test_slider_shows_the_snapshot_of_its_step(run, task):
     view = training_explorer(run)
     assert view.controls["step"].max == run.steps[-1] and view.controls["step"].step == 5
     first_png = bytes(view.image.value)
-    for step in (30, 60):
+    for step in (30, 45):
         view.controls["step"].value = step
         shown = torch.as_tensor(view.heatmap.image.get_array())  # what the heatmap displays now
         torch.testing.assert_close(shown, run.snapshots[run.steps.index(step)])
         assert f"after {step} steps" in view.heatmap.ax.get_title()
         assert list(view.step_line.get_xdata()) == [step, step]
         assert bytes(view.image.value) != first_png
-    view.controls["step"].value = 45
+    view.controls["step"].value = 60
     assert bytes(view.image.value) == first_png  # back to the start: the very same picture
 
 
-def test_explorer_opens_at_a_telling_step_with_a_visible_marker(run):
+def test_explorer_opens_at_the_step_the_lesson_discusses_with_a_visible_marker(run, task):
     view = training_explorer(run)
-    assert view.controls["step"].value == 45                     # half-way: the stripe is forming
-    torch.testing.assert_close(torch.as_tensor(view.heatmap.image.get_array()), run.snapshots[run.steps.index(45)])
-    assert list(view.step_line.get_xdata()) == [45, 45]          # not hidden on the y-axis at step 0
+    assert view.controls["step"].value == 60                     # the numbers printed just above it
+    shown = torch.as_tensor(view.heatmap.image.get_array())
+    torch.testing.assert_close(shown, run.snapshots[run.steps.index(60)])
+    # "By step 60 every row's favourite is its target key": the stored picture shows the stripe
+    assert torch.equal(shown.argmax(dim=-1), task.target_positions())
+    assert list(view.step_line.get_xdata()) == [60, 60]          # not hidden on the y-axis at step 0
     labels = {line.get_label() for ax in view.fig.axes for line in ax.get_lines()}
     assert {"step shown", "1.0 = all weight on target"} <= labels
-    weight_ax = [ax for ax in view.fig.axes if ax.get_ylabel() == "mean weight on the correct token"]
+    weight_ax = [ax for ax in view.fig.axes if ax.get_ylabel() == "mean weight on the target key"]
     assert len(weight_ax) == 1 and weight_ax[0].get_ylim()[1] < 1.2  # the weight has its own 0..1 axis
     with pytest.raises(ValueError, match="recorded steps"):
         training_explorer(run, step=3)
@@ -57,6 +70,7 @@ def test_the_numbers_the_lesson_prints_for_steps_30_and_60(run, task):
     on_target = {step: helpers.weight_on_target(run.snapshots[run.steps.index(step)], task.target_positions())
                  for step in (30, 60)}
     assert [round(w, 2) for w in on_target[30].tolist()] == [0.92, 0.90, 0.00, 0.03, 0.01, 0.01]
+    assert round(run.target_weights[30], 1) == 0.3                # "after 30 steps ... about 0.3"
     assert (on_target[60] > 0.8).all()
 
 
@@ -73,12 +87,15 @@ def test_training_explorer_rejects_other_input():
         training_explorer(torch.zeros(3))
 
 
-def test_side_by_side_uses_one_fixed_scale(run):
+def test_side_by_side_uses_one_fixed_scale_and_one_colour_bar(run):
     fig = weights_side_by_side(run.snapshots[0], run.snapshots[-1], run.probe_labels, ("before", "after"))
     heatmap_axes = [ax for ax in fig.axes if ax.images]
-    assert len(heatmap_axes) == 2
+    assert len(heatmap_axes) == 2 and len(fig.axes) == 3      # two heatmaps and one shared colour bar
     assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in heatmap_axes)
     assert [ax.get_title() for ax in heatmap_axes] == ["before", "after"]
+    colour_bar = next(ax for ax in fig.axes if not ax.images)
+    fig.canvas.draw()
+    assert colour_bar.get_position().x0 > heatmap_axes[1].get_position().x1  # on the right of both panels
     with pytest.raises(ValueError, match="two strings"):
         weights_side_by_side(run.snapshots[0], run.snapshots[-1], run.probe_labels, ("only one",))
 
@@ -128,3 +145,108 @@ def test_training_on_the_gpu_learns_the_same_pattern(task):
     assert gpu_run.snapshots.device.type == "cpu"
     torch.testing.assert_close(gpu_run.snapshots[0], cpu_run.snapshots[0], atol=1e-4, rtol=0)
     assert round(gpu_run.target_weights[-1], 2) == round(cpu_run.target_weights[-1], 2) == 1.0
+
+
+# --- the lesson's own classes are helpers' classes --------------------------------------------------------------
+def _notebook_classes():
+    """Run the notebook cells that define SelfAttention_v1 and SelfAttention_v2 (class definitions only)."""
+    cells = ["".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"] if c["cell_type"] == "code"]
+    namespace = {"math": math, "torch": torch, "nn": nn}
+    for name in ("SelfAttention_v1", "SelfAttention_v2"):
+        source = next(c for c in cells if c.startswith(f"class {name}("))
+        exec(source.split("\n\n\n")[0], namespace)  # the class, without the lines that use it
+    return namespace["SelfAttention_v1"], namespace["SelfAttention_v2"]
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_lesson_classes_equal_the_helpers_classes(version):
+    mine = _notebook_classes()[version]
+    theirs = (helpers.SelfAttention_v1, helpers.SelfAttention_v2)[version]
+    x_one, x_batch = torch.rand(6, 5, generator=torch.Generator().manual_seed(1)), \
+        torch.rand(3, 6, 5, generator=torch.Generator().manual_seed(2))
+    torch.manual_seed(123)
+    a = mine(5, 4)
+    torch.manual_seed(123)
+    b = theirs(5, 4)
+    with torch.no_grad():
+        for x in (x_one, x_batch):
+            torch.testing.assert_close(a(x), b(x))
+            for got, expected in zip(a(x, return_weights=True), b(x, return_weights=True)):
+                torch.testing.assert_close(got, expected)
+
+
+def test_the_book_numbers_of_the_lesson_classes():
+    v1, v2 = _notebook_classes()
+    _, inputs = helpers.your_journey()
+    torch.manual_seed(123)
+    out_v1 = v1(3, 2)(inputs)
+    torch.manual_seed(789)
+    out_v2 = v2(3, 2)(inputs)
+    torch.testing.assert_close(out_v1[0], torch.tensor([0.2996, 0.8053]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out_v2[0], torch.tensor([-0.0739, 0.0713]), atol=1e-4, rtol=0)
+
+
+def test_training_the_lesson_class_gives_the_helpers_run(task, run):
+    mine = helpers.train_attention(task, _notebook_classes()[1], num_steps=200, batch_size=64, lr=0.02, seed=123,
+                                   snapshot_every=5)
+    assert mine.losses == run.losses and torch.equal(mine.snapshots, run.snapshots)
+
+
+# --- the initialisation deep dive ---------------------------------------------------------------------------------
+INITS = {"torch.rand": helpers.SelfAttention_v1, "nn.Linear": helpers.SelfAttention_v2}
+
+
+def test_init_table_says_what_the_lesson_says():
+    rows = {(r.d_in, r.init): r for r in init_stats(INITS, widths=(3, 32, 256))}
+    for d_in in (32, 256):
+        assert round(rows[d_in, "torch.rand"].largest, 2) == 1.00          # one-hot rows
+        assert rows[d_in, "torch.rand"].spread > 10
+    for d_in in (3, 32, 256):
+        assert rows[d_in, "nn.Linear"].spread < 0.1                        # "the spread stays below 0.1"
+        assert abs(rows[d_in, "nn.Linear"].largest - 1 / 6) < 0.02         # near uniform
+    assert rows[256, "torch.rand"].spread > rows[32, "torch.rand"].spread > rows[3, "torch.rand"].spread
+    text = init_table(INITS, widths=(3, 32))
+    assert text.splitlines()[0].startswith(" d_in") and len(text.splitlines()) == 5
+
+
+def test_init_measurements_leave_the_random_stream_alone():
+    state = torch.get_rng_state()
+    init_stats(INITS, widths=(3,))
+    init_side_by_side(INITS, d_in=8)
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_init_side_by_side_shows_both_inits_on_one_scale():
+    fig = init_side_by_side(INITS, d_in=32)
+    heatmaps = [ax for ax in fig.axes if ax.images]
+    assert len(heatmaps) == 2 and len(fig.axes) == 3
+    left = torch.as_tensor(heatmaps[0].images[0].get_array())
+    right = torch.as_tensor(heatmaps[1].images[0].get_array())
+    assert (left.argmax(dim=-1) == left.argmax(dim=-1)[0]).all()           # every row picks the same key
+    assert (right - 1 / 6).abs().max() < 0.05                              # close to 1/6 everywhere
+    assert "torch.rand" in heatmaps[0].get_title() and "nn.Linear" in heatmaps[1].get_title()
+
+
+def test_saturation_explains_the_stall(task):
+    runs = {(cls.__name__, 0): helpers.train_attention(task, cls, seed=0) for cls in INITS.values()}
+    one_hot_v1, grad_v1 = saturation(runs["SelfAttention_v1", 0].model, task)
+    one_hot_v2, grad_v2 = saturation(runs["SelfAttention_v2", 0].model, task)
+    assert one_hot_v1 == 1.0 and grad_v1 < 1e-12                           # every row one-hot, no gradient
+    assert one_hot_v2 == 0.0 and grad_v2 > 1e-6
+    grads = [p.grad for p in runs["SelfAttention_v1", 0].model.parameters()]
+    saturation(runs["SelfAttention_v1", 0].model, task)
+    assert all(g is None or torch.equal(g, h) for g, h in                   # .grad fields untouched
+               zip(grads, [p.grad for p in runs["SelfAttention_v1", 0].model.parameters()]))
+    lines = saturation_table(task, INITS, runs, seed=0).splitlines()
+    assert len(lines) == 4 and "< 1e-12" in lines[2] and lines[2].startswith("torch.rand")
+    assert lines[3].split()[1:3] == ["0%", "0%"]
+
+
+@pytest.mark.parametrize("call, error", [
+    (lambda: init_table({"only": helpers.SelfAttention_v1}), TypeError),
+    (lambda: init_side_by_side({"a": helpers.SelfAttention_v1, "b": 3}), TypeError),
+    (lambda: saturation(helpers.SelfAttention_v2(32, 6), "task"), TypeError),
+])
+def test_init_helpers_reject_bad_input(call, error):
+    with pytest.raises(error):
+        call()

@@ -3,7 +3,7 @@
 :func:`split_heads_diagram` draws one sequence of the batch on its way through the split-head layer:
 
     (B, T, d_out) -view-> (B, T, H, D) -transpose(1, 2)-> (B, H, T, D) -attention in each head->
-    (B, H, T, D) -transpose(1, 2), view-> (B, T, d_out) -W_o-> (B, T, d_out)
+    (B, H, T, D) -transpose(1, 2), reshape-> (B, T, d_out) -W_o-> (B, T, d_out)
 
 with the sizes taken from its arguments, so the picture always has as many tokens, features and heads as the
 lesson's tensors. Each head's slice of features keeps one shade all the way, so the eye can follow it.
@@ -93,7 +93,7 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
     Top row, left to right: the queries ``Q`` ``(T, d_out)``; ``view`` to ``(T, H, D)`` (the same numbers, the
     heads' slices now an axis of their own); ``transpose(1, 2)`` to ``(H, T, D)``, drawn as a deck of H
     ``(T, D)`` cards, one per head. Down the right: attention inside each head. Bottom row, right to left: the
-    heads' context vectors, ``transpose(1, 2)`` and ``view`` back to ``(T, d_out)`` (the heads side by side),
+    heads' context vectors, ``transpose(1, 2)`` and ``reshape`` (a copy) back to ``(T, d_out)`` (the heads side by side),
     and ``W_o`` (``out_proj``) that mixes them.
     """
     for name, value in (("num_tokens", num_tokens), ("d_out", d_out), ("num_heads", num_heads)):
@@ -144,7 +144,7 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
           shape_text=f"(B, H, T, D) = (B, {H}, {T}, {D})", fontsize=fs)
     y_z = bottom + (deck_h - T)
     mid_z = y_z + T / 2
-    arrow(ax, (x2 - 0.4, mid_z), (x1 + d_out + 0.4, mid_z), "transpose(1, 2), view", fontsize=fs)
+    arrow(ax, (x2 - 0.4, mid_z), (x1 + d_out + 0.4, mid_z), "transpose(1, 2), reshape", fontsize=fs)
     _sliced(ax, x1, y_z, T, H, D, PALETTE["context"], name="heads side by side",
             shape_text=f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs)
     arrow(ax, (x1 - 0.4, mid_z), (x0 + d_out + 0.4, mid_z), "$W_o$ (out_proj)", fontsize=fs)

@@ -2,8 +2,8 @@
 
 1. ``shapes``: predict the shape of every tensor of cross-attention over a batch (the lesson prints only
    self-attention on one sequence).
-2. ``self_attention``: the whole layer, for one sequence or a batch of sequences, without a loop and without a
-   ready-made attention function.
+2. ``query_key_matrix``: derive the one ``(d_in, d_in)`` matrix ``W_qk`` behind the scaled scores,
+   ``S / sqrt(d_k) = X W_qk X^T`` (the lesson never forms ``W_q W_k^T``).
 3. ``cross_attention``: spot the bug in a cross-attention function (queries from one sequence, keys and values
    from another), a case the lesson names but does not code.
 """
@@ -15,18 +15,18 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ._inputs import journey_inputs, randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
+from ._inputs import randn
+from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["shapes", "self_attention", "cross_attention"]
+__all__ = ["shapes", "query_key_matrix", "cross_attention"]
 
 
 # --- 1. choose the shapes: cross-attention over a batch ---------------------------------------------
 _NAMES = ("queries", "keys", "values", "attn_scores", "attn_weights", "context_vecs")
 
 
-def _reference_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v):
-    x_q, x_kv = torch.zeros(batch_size, num_queries, d_in), torch.zeros(batch_size, num_kv, d_in)
+def _reference_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
+    x_q, x_kv = torch.zeros(batch_size, num_tokens_q, d_in), torch.zeros(batch_size, num_tokens_kv, d_in)
     queries, keys = x_q @ torch.zeros(d_in, d_k), x_kv @ torch.zeros(d_in, d_k)
     values = x_kv @ torch.zeros(d_in, d_v)
     context_vecs, attn_weights = scaled_dot_product_attention(queries, keys, values)
@@ -37,24 +37,25 @@ def _reference_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v):
 def _shape_cases(g: torch.Generator) -> list[Case]:
     del g  # the sizes are chosen, not drawn: all six differ within a case, so no swap goes unnoticed
     sizes = [(2, 4, 7, 3, 5, 6), (3, 6, 2, 8, 4, 9), (5, 1, 3, 2, 7, 4)]
-    return [Case(f"batch_size={b}, num_queries={tq}, num_kv={tkv}, d_in={d_in}, d_k={d_k}, d_v={d_v}",
+    return [Case(f"batch_size={b}, num_tokens_q={tq}, num_tokens_kv={tkv}, d_in={d_in}, d_k={d_k}, d_v={d_v}",
                  (b, tq, tkv, d_in, d_k, d_v)) for b, tq, tkv, d_in, d_k, d_v in sizes]
 
 
-def _solution_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v):
-    queries = (batch_size, num_queries, d_k)           # one query per token of x_q
-    keys = (batch_size, num_kv, d_k)                   # one key per token of x_kv, as wide as a query
-    values = (batch_size, num_kv, d_v)                 # one value per token of x_kv, a width of its own
-    attn_scores = (batch_size, num_queries, num_kv)    # one score per (query token, key token) pair
-    attn_weights = (batch_size, num_queries, num_kv)   # softmax keeps the shape
-    context_vecs = (batch_size, num_queries, d_v)      # one mix of values per query token
+def _solution_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
+    # d_in is not in any answer: the projections turn every width d_in into d_k or d_v
+    queries = (batch_size, num_tokens_q, d_k)                 # one query per token of x_q
+    keys = (batch_size, num_tokens_kv, d_k)                   # one key per token of x_kv, as wide as a query
+    values = (batch_size, num_tokens_kv, d_v)                 # one value per token of x_kv, a width of its own
+    attn_scores = (batch_size, num_tokens_q, num_tokens_kv)   # one score per (query token, key token) pair
+    attn_weights = (batch_size, num_tokens_q, num_tokens_kv)  # softmax keeps the shape
+    context_vecs = (batch_size, num_tokens_q, d_v)            # one mix of values per query token
     return queries, keys, values, attn_scores, attn_weights, context_vecs
 
 
 def _shapes_with(**changed):
-    def wrong(batch_size, num_queries, num_kv, d_in, d_k, d_v):
-        right = dict(zip("QKVSAZ", _solution_shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v)))
-        sizes = {"B": batch_size, "Tq": num_queries, "Tkv": num_kv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
+    def wrong(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
+        right = dict(zip("QKVSAZ", _solution_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v)))
+        sizes = {"B": batch_size, "Tq": num_tokens_q, "Tkv": num_tokens_kv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
         right.update({name: tuple(sizes[s] for s in dims) for name, dims in changed.items()})
         return tuple(right.values())
     return wrong
@@ -62,9 +63,10 @@ def _shapes_with(**changed):
 
 shapes = FunctionExercise(
     "Choose the shapes",
-    "write shapes(batch_size, num_queries, num_kv, d_in, d_k, d_v) returning the shapes of (queries, keys, values, "
-    "attn_scores, attn_weights, context_vecs) of cross-attention over a batch: x_q (batch_size, num_queries, d_in) "
-    "asks, x_kv (batch_size, num_kv, d_in) is looked up. Each shape is a tuple such as (2, 4, 5).",
+    "write shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v) returning the shapes of (queries, keys, "
+    "values, attn_scores, attn_weights, context_vecs) of cross-attention over a batch: x_q "
+    "(batch_size, num_tokens_q, d_in) asks, x_kv (batch_size, num_tokens_kv, d_in) is looked up. Each shape is a "
+    "tuple such as (2, 4, 5). Not every argument appears in an answer.",
     reference=_reference_shapes,
     cases=_shape_cases,
     hint=["Start from the one-sequence self-attention shapes of the lesson. Which of them count the tokens that "
@@ -107,85 +109,59 @@ shapes = FunctionExercise(
 )
 
 
-# --- inputs shared by exercises 2 -------------------------------------------------------------------
-def _weights_cases(g: torch.Generator) -> list[Case]:
-    def case(description, num_tokens, d_in, d_kq, d_v, inputs=None):
-        inputs = randn(g, num_tokens, d_in) if inputs is None else inputs
-        return Case(description, (inputs, randn(g, d_in, d_kq), randn(g, d_in, d_kq), randn(g, d_in, d_v)))
-    return [
-        case("the journey sentence, d_k=2, d_v=4", 6, 3, 2, 4, journey_inputs()),
-        case("5 random tokens, d_in=4, d_k=3, d_v=3", 5, 4, 3, 3),
-        case("7 random tokens, d_in=8, d_k=16, d_v=2", 7, 8, 16, 2),
-    ]
+# --- 2. one matrix behind the scores: S / sqrt(d_k) = X W_qk X^T --------------------------------------------------
+def _qk_cases(g: torch.Generator) -> list[Case]:
+    # d_in and d_k differ in the first case, so a (d_k, d_k) answer or a scale by sqrt(d_in) shows at once
+    return [Case(f"W_query and W_key of shape ({d_in}, {d_k})", (randn(g, d_in, d_k), randn(g, d_in, d_k)))
+            for d_in, d_k in [(3, 2), (5, 5), (4, 9)]]
 
 
-def _reference_project(inputs, W_query, W_key, W_value):
-    return inputs @ W_query, inputs @ W_key, inputs @ W_value
+def _reference_qk(W_query, W_key):
+    # the matrix W_qk for which X W_qk X^T gives the scaled scores of any X
+    return W_query @ W_key.transpose(0, 1) / math.sqrt(W_key.shape[1])
 
 
-# --- 2. self-attention, for one sequence or a batch --------------------------------------------------
-def _attention_cases(g: torch.Generator) -> list[Case]:
-    cases = _weights_cases(g)
-    for batch_size, num_tokens, d_in, d_k, d_v in [(2, 5, 4, 3, 3), (3, 4, 6, 2, 5)]:
-        cases.append(Case(f"a batch of {batch_size} sequences of {num_tokens} tokens, d_in={d_in}, d_k={d_k}, "
-                          f"d_v={d_v}",
-                          (randn(g, batch_size, num_tokens, d_in), randn(g, d_in, d_k), randn(g, d_in, d_k),
-                           randn(g, d_in, d_v))))
-    return cases
+def _solution_query_key_matrix(W_query, W_key):
+    # S = Q K^T = (X W_q)(X W_k)^T = X (W_q W_k^T) X^T: the two X's stay outside, W_qk sits between them
+    d_k = W_key.shape[1]
+    return W_query @ W_key.T / math.sqrt(d_k)           # (d_in, d_k) @ (d_k, d_in) -> (d_in, d_in)
 
 
-def _reference_attention(inputs, W_query, W_key, W_value):
-    queries, keys, values = _reference_project(inputs, W_query, W_key, W_value)
-    return scaled_dot_product_attention(queries, keys, values)[0]
-
-
-def _solution_self_attention(inputs, W_query, W_key, W_value):
-    queries, keys, values = inputs @ W_query, inputs @ W_key, inputs @ W_value  # (..., T, d_k), (..., T, d_v)
-    attn_scores = queries @ keys.transpose(-2, -1)      # (..., T, d_k) @ (..., d_k, T) -> (..., T, T)
-    attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
-    return attn_weights @ values                        # (..., T, T) @ (..., T, d_v) -> (..., T, d_v)
-
-
-self_attention = FunctionExercise(
-    "Self-attention for one sequence or a batch",
-    "write self_attention(inputs, W_query, W_key, W_value) returning the context vectors "
-    "softmax(Q Kᵀ / sqrt(d_k)) V. `inputs` is either one sequence (num_tokens, d_in) or a batch "
-    "(batch_size, num_tokens, d_in), like the batches the lesson trains on. No Python loop, and no ready-made "
-    "attention function (torch's or the course's).",
-    reference=_reference_attention,
-    cases=_attention_cases,
-    hint=["Try your function on one sequence first, then on torch.rand(2, 6, 3): which line stops working, "
-          "and what shape does it produce?",
-          "A batch adds a dimension in front. What does `.T` do to a tensor with three dimensions? Section 3 "
-          "of the lesson names the tool that swaps only the two dimensions of one sequence."],
-    solution=_solution_self_attention,
+query_key_matrix = FunctionExercise(
+    "One matrix behind the scores",
+    "write query_key_matrix(W_query, W_key) returning the (d_in, d_in) matrix W_qk for which the scaled scores "
+    "are S / sqrt(d_k) = X W_qk Xᵀ, for every X of shape (num_tokens, d_in).",
+    reference=_reference_qk,
+    cases=_qk_cases,
+    hint=["Put Q = X W_q and K = X W_k into S = Q Kᵀ and use the rule for the transpose of a product of two "
+          "matrices.",
+          "Both X's end up on the outside of the product. What is left between them, and where does the "
+          "1/sqrt(d_k) go?"],
+    solution=_solution_query_key_matrix,
     mistakes=[
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(wk.shape[1]),
-                                                    dim=-1) @ x,
-                "you summed the inputs instead of the values: the last product must use the values."),
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1) / math.sqrt(x.shape[-1]),
-                                                    dim=-1) @ (x @ wv),
-                "you scaled by sqrt(d_in), the width of the inputs. Scale by the width of the keys."),
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1), dim=-1) @ (x @ wv),
-                "you did not scale the scores by 1/sqrt(d_k) before the softmax."),
-        Mistake(lambda x, wq, wk, wv: torch.softmax((x @ wq) @ (x @ wk).transpose(-2, -1)
-                                                    / math.sqrt(wk.shape[1]), dim=1) @ (x @ wv),
-                "with a batch in front, softmax over dim=1 normalises over the queries, not over the keys: "
-                "each row of weights must sum to 1 over the last dimension."),
+        Mistake(lambda wq, wk: wq @ wk.T,
+                "your matrix gives the scores S themselves. The task asks for the scaled scores, S / sqrt(d_k)."),
+        Mistake(lambda wq, wk: wk @ wq.T / math.sqrt(wk.shape[1]),
+                "your matrix is the transpose of the right one: X W_qk Xᵀ then gives Sᵀ, whose row i holds the "
+                "scores of key i. Row i of S belongs to query i."),
+        Mistake(lambda wq, wk: wq.T @ wk / math.sqrt(wk.shape[1]),
+                "your matrix is (d_k, d_k). It must sit between X (num_tokens, d_in) and Xᵀ (d_in, num_tokens), so "
+                "it is (d_in, d_in)."),
+        Mistake(lambda wq, wk: wq @ wk.T / math.sqrt(wq.shape[0]),
+                "you divided by sqrt(d_in), the width of the inputs. The scale belongs to the width of the keys."),
+        Mistake(lambda wq, wk: wq @ wk.T / wk.shape[1],
+                "you divided by d_k. The scores are divided by its square root."),
     ],
-    rules=[no_loops(),
-           forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
-                   "helpers.attention.scaled_dot_product_attention",
-                   why="Write the three steps (scores, weights, mix) yourself.")],
 )
 
 
 # --- 3. spot the bug: cross-attention -----------------------------------------------------------------
 def _cross_cases(g: torch.Generator) -> list[Case]:
-    def case(num_queries, num_kv, d_in, d_k, d_v):
-        return Case(f"{num_queries} query tokens and {num_kv} key/value tokens, d_in={d_in}, d_k={d_k}, d_v={d_v}",
-                    (randn(g, num_queries, d_in), randn(g, num_kv, d_in), randn(g, d_in, d_k), randn(g, d_in, d_k),
-                     randn(g, d_in, d_v)))
+    def case(num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
+        return Case(f"{num_tokens_q} query tokens and {num_tokens_kv} key/value tokens, d_in={d_in}, d_k={d_k}, "
+                    f"d_v={d_v}",
+                    (randn(g, num_tokens_q, d_in), randn(g, num_tokens_kv, d_in), randn(g, d_in, d_k),
+                     randn(g, d_in, d_k), randn(g, d_in, d_v)))
     return [case(6, 6, 3, 2, 4), case(4, 7, 5, 3, 3), case(1, 5, 4, 4, 2)]
 
 
@@ -204,8 +180,8 @@ def buggy_cross_attention(x_q, x_kv, W_query, W_key, W_value):
 
 def _solution_cross_attention(x_q, x_kv, W_query, W_key, W_value):
     queries = x_q @ W_query                 # (T_q, d_k): the sequence that asks
-    keys = x_kv @ W_key                     # (T_kv, d_k): the sequence that is searched ...
-    values = x_kv @ W_value                 # (T_kv, d_v): ... and what it hands back
+    keys = x_kv @ W_key                     # (T_kv, d_k): the sequence that is looked up ...
+    values = x_kv @ W_value                 # (T_kv, d_v): ... and what it hands over
     attn_scores = queries @ keys.T          # (T_q, T_kv)
     attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
     return attn_weights @ values            # (T_q, T_kv) @ (T_kv, d_v) -> (T_q, d_v)
@@ -213,9 +189,9 @@ def _solution_cross_attention(x_q, x_kv, W_query, W_key, W_value):
 
 cross_attention = SpotTheBug(
     "Spot the bug: cross-attention",
-    "in cross-attention the queries come from one sequence, x_q (num_queries, d_in), and the keys and values "
-    "from another, x_kv (num_kv, d_in). This function runs when both sequences have the same length, yet its "
-    "answer is wrong. Find the bug and fix it; the fixed function must also work when the lengths differ.",
+    "fixed_cross_attention(x_q, x_kv, W_query, W_key, W_value) should compute cross-attention: queries from "
+    "x_q (num_tokens_q, d_in), keys and values from x_kv (num_tokens_kv, d_in). The code given has one bug: "
+    "find it and fix it.",
     reference=_reference_cross,
     cases=_cross_cases,
     hint=["Write the shape next to every line, with T_q and T_kv for the two lengths. Which product would fail "
@@ -223,8 +199,8 @@ cross_attention = SpotTheBug(
           "Weight a_ij says how much query i takes from token j of which sequence?"],
     solution=_solution_cross_attention,
     buggy=buggy_cross_attention,
-    bug_message="your function still has the bug: with two sequences of the same length it runs, but its answer "
-                "is wrong. Call it with x_q and x_kv of different lengths and see which line fails.",
+    bug_message="your function still has the bug: with two sequences of the same length it runs, yet its context "
+                "vectors are wrong. Try it on sequences of different lengths.",
     mistakes=[
         Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xq @ wq, xq @ wk, xkv @ wv)[0],
                 "your keys come from x_q. The keys describe the tokens that can be attended to: the tokens of "

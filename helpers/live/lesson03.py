@@ -1,41 +1,61 @@
-"""Pictures of notebook 03 (trainable queries, keys and values): the training slider and two side-by-side views.
+"""Pictures and measurements of notebook 03 (trainable queries, keys and values).
 
-``training_explorer(run)`` is the live figure: a slider over the recorded training steps, the probe's attention
-weights at that step on the left, the loss and the mean weight on the correct token on the right.
-``weights_side_by_side`` draws two weight matrices on the same fixed 0..1 scale, for before/after comparisons.
+* ``training_explorer(run)``: the live figure, a slider over the recorded training steps; the probe's attention
+  weights at that step on the left, the loss and the mean weight on the target key on the right.
+* ``weights_side_by_side``: two weight matrices on the same fixed 0..1 scale, with one colour bar for both.
+* The initialisation deep dive: ``init_table`` (how far the scaled scores spread, how peaked the weights are, for
+  growing input widths), ``init_side_by_side`` (the two initialisations' weights in one picture) and
+  ``saturation_table`` (why a saturated softmax stops training: rows that are exactly one-hot, and the gradient
+  that reaches ``W_query``).
+
+The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
+``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
+``forward(x, return_weights=True)`` returns ``(context_vecs, attn_weights)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..plotting import CourseFigure, Heatmap, new_figure
-from ..tasks import TrainingRun
+from ..tasks import PreviousTokenTask, TrainingRun
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["weights_side_by_side", "training_explorer"]
+__all__ = ["weights_side_by_side", "training_explorer", "InitStats", "init_stats", "init_table",
+           "init_side_by_side", "saturation", "saturation_table"]
+
+WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
+ON_TARGET = "mean weight on the target key"
 
 
 def weights_side_by_side(left: torch.Tensor, right: torch.Tensor, labels: Sequence[str],
                          titles: tuple[str, str]) -> CourseFigure:
-    """Two ``(T, T)`` attention-weight matrices next to each other, both on the scale 0..1 (rows: queries)."""
+    """Two ``(T, T)`` attention-weight matrices next to each other on the scale 0..1 (rows: queries).
+
+    Both panels share that scale, so one colour bar, on the right, serves both.
+    """
     if len(titles) != 2:
         raise ValueError(f"titles must hold two strings, got {titles!r}")
-    fig = new_figure(10, 4.2, ncols=2)
-    for ax, weights, title in zip(fig.axes, (left, right), titles):
-        Heatmap(ax, weights, labels, labels, vmin=0.0, vmax=1.0, title=title,
-                colorbar_label="attention weight $a_{ij}$")
+    fig = new_figure(9.5, 4.2, ncols=2)
+    for index, (ax, weights, title) in enumerate(zip(list(fig.axes), (left, right), titles)):
+        heatmap = Heatmap(ax, weights, labels, labels, vmin=0.0, vmax=1.0, title=title,
+                          colorbar_label=WEIGHT_LABEL)
+        if index == 0:  # the same 0..1 scale on both sides: one colour bar is enough
+            heatmap.colorbar.remove()
     return fig
 
 
-def training_explorer(run: TrainingRun, step: int = 45) -> LiveFigure:
+def training_explorer(run: TrainingRun, step: int = 60) -> LiveFigure:
     """A slider over ``run.steps``: the probe's attention weights after that many steps, and the training curves.
 
-    ``step`` is where the slider starts (default 45, half-way through the stripe forming in the lesson's run).
+    ``step`` is where the slider starts (default 60: in the lesson's run every row has found its target by then).
     The snapshots were recorded during training; moving the slider only redraws. The loss has its own axis on the
-    left, the mean weight on the correct token its 0..1 axis on the right, with a labelled line at 1.0.
+    left, the mean weight on the target key its 0..1 axis on the right, with a labelled line at 1.0.
     Attributes for inspection: ``.heatmap`` (the left :class:`Heatmap`), ``.step_line`` (the marker on the right).
     """
     if not isinstance(run, TrainingRun):
@@ -47,11 +67,12 @@ def training_explorer(run: TrainingRun, step: int = 45) -> LiveFigure:
     fig = new_figure(10.5, 4.2, ncols=2)
     heat_ax, loss_ax = fig.axes
     heatmap = Heatmap(heat_ax, run.snapshots[run.steps.index(step)], labels, labels, vmin=0.0, vmax=1.0,
-                      colorbar_label="attention weight $a_{ij}$")
+                      colorbar_label=WEIGHT_LABEL)
     weight_ax = loss_ax.twinx()                 # the weight on its own 0..1 scale
-    loss_line, = loss_ax.plot(range(len(run.losses)), run.losses, color="tab:red", label="loss (left axis)")
+    loss_line, = loss_ax.plot(range(len(run.losses)), run.losses, color="tab:red",
+                              label="loss (left axis)")  # loss i: on a batch, with the weights after i steps
     weight_line, = weight_ax.plot(range(len(run.target_weights)), run.target_weights, color="tab:blue",
-                                  label="weight on target (right axis)")
+                                  label="weight on target key (right axis)")
     target_line = weight_ax.axhline(1.0, color="tab:blue", linestyle=":", linewidth=1.2,
                                     label="1.0 = all weight on target")
     step_line = loss_ax.axvline(step, color="black", linestyle="--", linewidth=1.8, label="step shown")
@@ -59,9 +80,10 @@ def training_explorer(run: TrainingRun, step: int = 45) -> LiveFigure:
     loss_ax.set_ylabel("cross-entropy loss", color="tab:red")
     loss_ax.set_ylim(0, max(run.losses) * 1.05)
     loss_ax.set_xlim(-2, len(run.losses) + 2)
-    weight_ax.set_ylabel("mean weight on the correct token", color="tab:blue")
+    weight_ax.set_ylabel(ON_TARGET, color="tab:blue")
     weight_ax.set_ylim(0, 1.08)
-    loss_ax.legend(handles=[loss_line, weight_line, target_line, step_line], loc="center right", fontsize=8, framealpha=0.95)
+    loss_ax.legend(handles=[loss_line, weight_line, target_line, step_line], loc="center right", fontsize=8,
+                   framealpha=0.95)
     loss_ax.set_title("Loss falls as the pattern forms")
     step_size = run.steps[1] - run.steps[0] if len(run.steps) > 1 else 1
 
@@ -75,3 +97,126 @@ def training_explorer(run: TrainingRun, step: int = 45) -> LiveFigure:
     view = LiveFigure(fig, redraw, {"step": slider}, animated=[step_line])  # redraw moves the line: repaint it alone
     view.heatmap, view.step_line = heatmap, step_line
     return view
+
+
+# --- the initialisation deep dive -------------------------------------------------------------------------------
+def _check_inits(inits) -> None:
+    if not isinstance(inits, Mapping) or len(inits) != 2:
+        raise TypeError("inits must be a dict of two entries, {name: module class}, e.g. "
+                        "{'torch.rand': SelfAttention_v1, 'nn.Linear': SelfAttention_v2}")
+    for name, cls in inits.items():
+        if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
+            raise TypeError(f"inits[{name!r}] must be an nn.Module class, got {cls!r}")
+
+
+def _project(layer, x: torch.Tensor) -> torch.Tensor:
+    """``x`` projected by a ``(d_in, d_out)`` matrix (SelfAttention_v1) or an ``nn.Linear`` (SelfAttention_v2)."""
+    return layer(x) if isinstance(layer, nn.Module) else x @ layer
+
+
+def _query_weight(model: nn.Module) -> torch.Tensor:
+    layer = model.W_query
+    return layer.weight if isinstance(layer, nn.Linear) else layer
+
+
+def _build(cls: type, d_in: int, d_out: int, seed: int, device) -> nn.Module:
+    with torch.random.fork_rng(devices=[]):  # the caller's random stream is left alone
+        torch.manual_seed(seed)
+        return cls(d_in, d_out).to(device)
+
+
+def _random_embeddings(d_in: int, num_tokens: int = 6, seed: int = 2024) -> torch.Tensor:
+    """``(num_tokens, d_in)`` positive "embeddings" from [0, 1), drawn from their own generator."""
+    return torch.rand(num_tokens, d_in, generator=torch.Generator().manual_seed(seed))
+
+
+@dataclass
+class InitStats:
+    """One row of :func:`init_table`: the spread (std) of ``S / sqrt(d_k)`` and the mean of each row's largest
+    weight (1.0: one-hot, ``1/T``: uniform), for one initialisation at one input width."""
+
+    d_in: int
+    init: str
+    spread: float
+    largest: float
+
+
+def init_stats(inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256), d_out: int = 2,
+               seed: int = 123, device=None) -> list[InitStats]:
+    """Untrained modules (built under ``torch.manual_seed(seed)``) on six random positive inputs per width."""
+    _check_inits(inits)
+    rows = []
+    for d_in in widths:
+        x = _random_embeddings(d_in).to(device)
+        for name, cls in inits.items():
+            module = _build(cls, d_in, d_out, seed, device)
+            with torch.no_grad():
+                queries, keys = _project(module.W_query, x), _project(module.W_key, x)
+                scaled_scores = queries @ keys.mT / math.sqrt(keys.shape[-1])      # S / sqrt(d_k): (T, T)
+                _, attn_weights = module(x, return_weights=True)                   # A: (T, T)
+            rows.append(InitStats(d_in, name, scaled_scores.std().item(),
+                                  attn_weights.max(dim=-1).values.mean().item()))
+    return rows
+
+
+def init_table(inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256), d_out: int = 2,
+               seed: int = 123, device=None) -> str:
+    """:func:`init_stats` as a table, one line per width and initialisation (two decimals)."""
+    lines = [" d_in  init        spread of S/√d_k   largest a_ij per row (mean)"]
+    for row in init_stats(inits, widths, d_out, seed, device):
+        lines.append(f"{row.d_in:5d}  {row.init:<10}  {row.spread:16.2f}   {row.largest:20.2f}")
+    return "\n".join(lines)
+
+
+def init_side_by_side(inits: Mapping[str, type], d_in: int = 32, d_out: int = 2, seed: int = 123,
+                      device=None) -> CourseFigure:
+    """The untrained weights ``A`` of both initialisations on the same six random inputs, side by side."""
+    _check_inits(inits)
+    x = _random_embeddings(d_in).to(device)
+    weights = []
+    for cls in inits.values():
+        with torch.no_grad():
+            weights.append(_build(cls, d_in, d_out, seed, device)(x, return_weights=True)[1].cpu())
+    labels = [f"token {i}" for i in range(x.shape[0])]
+    titles = tuple(f"$A$, {name} init, $d_\\mathrm{{in}}$ = {d_in}" for name in inits)
+    return weights_side_by_side(weights[0], weights[1], labels, titles)
+
+
+def saturation(model: nn.Module, task: PreviousTokenTask, batch_size: int = 64,
+               seed: int = 99) -> tuple[float, float]:
+    """On a fresh batch of the task: the share of attention rows that are exactly one-hot (largest weight exactly
+    1.0 in float32), and the norm of the gradient of the loss with respect to ``W_query``.
+
+    The gradient is computed with ``torch.autograd.grad``: the model's ``.grad`` fields are left as they are.
+    """
+    if not isinstance(task, PreviousTokenTask):
+        raise TypeError(f"task must be a PreviousTokenTask, got {type(task).__name__}")
+    device = _query_weight(model).device
+    token_ids = task.sample(batch_size, torch.Generator().manual_seed(seed))          # (B, T)
+    logits, attn_weights = model(task.embed(token_ids).to(device), return_weights=True)  # (B, T, V), (B, T, T)
+    targets = task.targets(token_ids).to(device)                                         # (B, T)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    grad, = torch.autograd.grad(loss, _query_weight(model))
+    one_hot = (attn_weights.max(dim=-1).values == 1.0).float().mean().item()
+    return one_hot, grad.norm().item()
+
+
+def _grad_text(value: float) -> str:
+    return "< 1e-12" if value < 1e-12 else f"{value:.0e}"  # one digit: CPU and GPU agree on it
+
+
+def saturation_table(task: PreviousTokenTask, inits: Mapping[str, type],
+                     runs: Mapping[tuple[str, int], TrainingRun], seed: int = 0) -> str:
+    """For each class: :func:`saturation` of its untrained module (built as ``train_attention`` builds it, under
+    ``seed``) and of the module ``runs[(cls.__name__, seed)]`` after training."""
+    _check_inits(inits)
+    lines = ["init         rows of A exactly one-hot        gradient norm of W_q",
+             "             step 0    after training         step 0    after training"]
+    for name, cls in inits.items():
+        trained = runs[cls.__name__, seed].model
+        device = _query_weight(trained).device
+        before = saturation(_build(cls, task.d_in, len(task.vocab), seed, device), task)
+        after = saturation(trained, task)
+        lines.append(f"{name:<11}  {before[0]:6.0%}    {after[0]:6.0%}                 "
+                     f"{_grad_text(before[1]):<9} {_grad_text(after[1])}")
+    return "\n".join(lines)
