@@ -35,6 +35,7 @@ __all__ = [
     "FastMultiHeadAttention",
     "peak_tensor_bytes",
     "aten_ops_called",
+    "OpRecorder",
     "FUSED_SDPA_KERNELS",
     "builds_the_weights",
 ]
@@ -219,7 +220,9 @@ def peak_tensor_bytes(fn, *args, **kwargs) -> tuple[object, int]:
     return result, counter.peak
 
 
-class _OpRecorder(TorchDispatchMode):
+class OpRecorder(TorchDispatchMode):
+    """Notes the name of every aten operator that runs while it is active (``with OpRecorder() as r: ...``)."""
+
     def __init__(self):
         super().__init__()
         self.names: dict[str, None] = {}
@@ -227,6 +230,9 @@ class _OpRecorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.names[str(func.overloadpacket)] = None  # e.g. "aten.bmm"; a dict keeps the order
         return func(*args, **(kwargs or {}))
+
+
+_OpRecorder = OpRecorder  # the earlier, private name
 
 
 def aten_ops_called(fn, *args, **kwargs) -> list[str]:
@@ -239,7 +245,7 @@ def aten_ops_called(fn, *args, **kwargs) -> list[str]:
     Call it outside ``torch.inference_mode`` (inside it, the dispatcher hides the choice).
     """
     _refuse_inference_mode("aten_ops_called")
-    recorder = _OpRecorder()
+    recorder = OpRecorder()
     with recorder:
         fn(*args, **kwargs)
     return list(recorder.names)

@@ -16,13 +16,17 @@ def test_hints_do_not_give_the_answer():
     for exercise in (lesson07.merge_states, lesson07.padded_causal_sdpa, lesson07.one_query_tiled_bug):
         for hint in exercise._hints:
             assert "exp(m_a - m)" not in hint and "keys.shape[-1]" not in hint and "d_v" not in hint, hint
-            assert "attn_mask=" not in hint and "tril" not in hint and "where" not in hint, hint
+            assert "attn_mask=" not in hint and "tril" not in hint and "torch.where" not in hint, hint
+    for hint in lesson07.one_query_tiled_bug._hints:  # the bug is the order of two lines: no hint may say so
+        assert "running_max = new_max" not in hint and "order" not in hint.lower(), hint
+        assert "overwrit" not in hint and "before" not in hint and "old maximum" not in hint, hint
 
 
 def test_titles_and_names_do_not_give_the_bug_away():
     bug = lesson07.one_query_tiled_bug
     for text in (bug.title, bug.task, "one_query_tiled_bug"):
-        assert "scale" not in text and "width" not in text and "equally wide" not in text, text
+        for word in ("order", "correction", "overwrit", "re-base", "rescal", "before"):
+            assert word not in text.lower(), (word, text)
 
 
 # --- merge two partial states ---------------------------------------------------------------------------------
@@ -120,9 +124,75 @@ def test_padded_sdpa_padding_hides_keys_not_queries():
     assert not bool(hide.all(-1).any()), "no query may lose every key"
 
 
-# --- spot the bug -----------------------------------------------------------------------------------------------
+# --- spot the bug: the online softmax's update order ------------------------------------------------------------
+def _cases():
+    bug = lesson07.one_query_tiled_bug
+    return bug.cases(torch.Generator().manual_seed(bug.seed))
+
+
+def test_the_bug_is_in_the_online_softmax_right_only_when_the_maximum_comes_first():
+    bug = lesson07.one_query_tiled_bug
+    right = []
+    for case in _cases():
+        query, keys, values, tile_size = case.args
+        expected = torch.softmax(keys @ query / math.sqrt(keys.shape[-1]), dim=-1) @ values
+        torch.testing.assert_close(lesson07._solution_one_query_tiled(*case.args), expected)
+        max_in_first_tile = int((keys @ query).argmax()) < tile_size
+        got = bug.buggy(*case.args)
+        right.append(bool(torch.allclose(got, expected, atol=1e-5)))
+        assert right[-1] == max_in_first_tile, case.description  # exact iff no later tile raises the maximum
+    assert right[0] and not all(right), "the task says: right for some inputs, wrong for others"
+
+
 def test_spot_the_bug_is_named_and_fixed():
     bug = lesson07.one_query_tiled_bug
     feedback = bug.check(bug.buggy)
-    assert feedback.status == "wrong" and "1/sqrt(d_v)" in feedback.message
+    assert feedback.status == "wrong" and "exp(0) = 1" in feedback.message
     assert bug.check(lesson07._solution_one_query_tiled).passed
+
+
+@pytest.mark.parametrize("rescale_sum, rescale_acc, upside_down, words", [
+    (True, False, False, "accumulator is not"),
+    (False, True, False, "running sum is not"),
+    (True, True, True, "upside down"),
+])
+def test_half_fixes_are_named(rescale_sum, rescale_acc, upside_down, words):
+    wrong = lesson07._one_query_with(rescale_sum, rescale_acc, upside_down)
+    feedback = lesson07.one_query_tiled_bug.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_spot_the_bug_refuses_a_whole_row_softmax_and_accepts_other_right_fixes():
+    bug = lesson07.one_query_tiled_bug
+
+    def whole_row(query, keys, values, tile_size):
+        return F.softmax(keys @ query / math.sqrt(keys.shape[-1]), dim=-1) @ values
+
+    def via_sdpa(query, keys, values, tile_size):
+        return F.scaled_dot_product_attention(query[None, None], keys[None], values[None])[0, 0]
+
+    for wrong in (whole_row, via_sdpa):
+        feedback = bug.check(wrong)
+        assert feedback.status == "wrong" and "online softmax" in feedback.message, feedback.message
+
+    def correction_computed_first(query, keys, values, tile_size):  # another right order of the same updates
+        m, total, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(values.shape[-1])
+        for start in range(0, len(keys), tile_size):
+            s = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
+            m_new = torch.maximum(m, s.max())
+            c, m = torch.exp(m - m_new), m_new
+            p = torch.exp(s - m)
+            total, acc = total * c + p.sum(), acc * c + p @ values[start:start + tile_size]
+        return acc / total
+
+    def ending_with_logsumexp(query, keys, values, tile_size):  # the state as (m + log l), also exact
+        lse, acc, m = torch.tensor(-math.inf), torch.zeros(values.shape[-1]), torch.tensor(-math.inf)
+        for start in range(0, len(keys), tile_size):
+            s = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
+            m_new = torch.maximum(m, s.max())
+            acc = acc * torch.exp(m - m_new) + torch.exp(s - m_new) @ values[start:start + tile_size]
+            lse, m = torch.logaddexp(lse, torch.logsumexp(s, dim=0)), m_new
+        return acc / torch.exp(lse - m)
+
+    for right in (correction_computed_first, ending_with_logsumexp):
+        assert bug.check(right).passed, bug.check(right).message

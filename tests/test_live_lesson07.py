@@ -6,8 +6,10 @@ import math
 
 import pytest
 import torch
+from matplotlib.colors import to_hex
 from matplotlib.patches import Rectangle
 
+from helpers.diagrams._draw import PALETTE
 from helpers.diagrams.tiles import tiles_diagram
 from helpers.efficient import iter_tile_steps
 from helpers.live.lesson07 import final_row_statistics, tile_explorer, tile_snapshots
@@ -67,12 +69,14 @@ def test_picture_shows_exactly_the_state_of_that_tile(qkv, step):
     torch.testing.assert_close(bar_heights(view.max_bars), state["running_max"], equal_nan=True)
     torch.testing.assert_close(bar_heights(view.sum_bars), state["running_sum"], equal_nan=True)
     rows, cols = state["rows"], state["cols"]
-    assert view.score_map.ax.get_title() == (f"Tile {step} (of 10, counted from 0): query rows {rows.start}–"
+    assert view.score_map.ax.get_title() == (f"Step {step} (of steps 0–9): the tile of query rows {rows.start}–"
                                              f"{rows.stop - 1} × key columns {cols.start}–{cols.stop - 1}")
-    for index, bar in enumerate(view.sum_bars.bars):  # the live tile's rows are painted
+    for index, bar in enumerate(view.sum_bars.bars):  # the live tile's rows red, the finished rows grey
         if bar.get_visible():
             red = bar.get_facecolor()[0] > 0.6 and bar.get_facecolor()[2] < 0.3
             assert red == (index in rows), index
+            if index not in rows:
+                assert to_hex(bar.get_facecolor()) == PALETTE["context"] and bool(state["finished"][index]), index
     if step != 0:
         assert bytes(view.image.value) != before, "the picture did not change"
 
@@ -105,7 +109,7 @@ def test_tiles_diagram_is_sized_by_its_arguments(num_tokens, tile_size, query_bl
     order = [(q, k) for q in range(math.ceil(num_tokens / tile_size)) for k in range(q + 1)]
     live = order.index((query_block, key_block))  # counted from 0, like rows
     first_row = query_block * tile_size
-    assert ax.get_title().startswith(f"Tile {live} (of {tiles}, counted from 0): query rows {first_row}–")
+    assert ax.get_title().startswith(f"Step {live} (of steps 0–{tiles - 1}): the tile of query rows {first_row}–")
     # one unit square per score cell of S (plus Q, K^T and the two statistics columns)
     cells = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_width() == 1 and p.get_height() == 1
              and p.get_fill()]
@@ -136,8 +140,10 @@ def test_tiles_diagram_tells_masked_cells_from_tiles_never_computed():
              and 0 <= p.get_x() - s_x < 8 and 0 <= p.get_y() - s_y < 8}
     assert len(cells) == 64
     colours = {key: to_hex(p.get_facecolor()) for key, p in cells.items()}
-    hatched = {key for key, p in cells.items() if p.get_hatch()}
+    hatched = {key for key, p in cells.items() if p.get_hatch() == "////"}
+    dotted = {key for key, p in cells.items() if p.get_hatch() == "...."}
     assert len(hatched) == 24                                  # 6 tiles wholly in the future, never computed
+    assert len(dotted) == 14 and all(colours[key] == PALETTE["scores"] for key in dotted)  # folded in, discarded
     assert all(c // 2 > r // 2 for c, r in hatched)            # (x, y) = (key column, query row)
     masked = {key for key, colour in colours.items() if colour == _MASKED}
     assert masked == {(1, 0), (3, 2)}                          # inside diagonal tiles 0 and 2, already computed
@@ -218,6 +224,32 @@ def test_measure_time_and_scaling_plot():
                        {n: [1.0, 2.0, 4.0] for n in ("explicit", "SDPA", "tiled")})
     time_ax, memory_ax = fig.axes
     assert time_ax.get_xlabel() == "number of tokens T"
-    assert "slope 1: ∝ T" not in [t.get_text() for t in time_ax.texts]
-    assert [t.get_text() for t in memory_ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
+    for ax in (time_ax, memory_ax):  # both slopes on both panels: quadratic and linear growth to compare with
+        assert [t.get_text() for t in ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
     assert figure_to_png(fig)[:4] == b"\x89PNG"
+
+
+def test_explorer_never_shows_what_a_row_has_not_seen_yet(qkv):
+    """No final-value marks: at step 3 nothing in the picture gives away the maximum that step 4 brings."""
+    view = tile_explorer(TOKENS, *qkv, tile_size=2, step=3)
+    for ax in (view.max_bars.ax, view.sum_bars.ax):
+        assert not ax.collections, "markers of final values are back"
+    state = view.snapshots[3]
+    assert state["finished"].tolist() == [True, True, True, True, False, False, False, False]
+    seen = state["scores"][4]
+    assert not bool(seen[2:].isfinite().any())  # "brown" and "fox" are not shown to "jumps" before step 4
+    # the prediction in the lesson: m_4 after step 4 is the largest of -0.14, 2.65, 0.69; l_4 shrinks
+    after = view.snapshots[4]
+    scores = qkv[0] @ qkv[1].T / 2.0
+    assert round(float(after["running_max"][4]), 2) == round(float(scores[4, :4].max()), 2) == 2.65
+    assert float(after["running_sum"][4]) < float(state["running_sum"][4])
+
+
+def test_rows_are_finished_block_by_block(qkv):
+    snapshots = tile_snapshots(*qkv, tile_size=2)
+    for step, snap in enumerate(snapshots):
+        started = snap["running_max"].isfinite()
+        live = torch.zeros(8, dtype=torch.bool)
+        live[snap["rows"].start:snap["rows"].stop] = True
+        assert bool((started == (live | snap["finished"])).all()), step  # a started row is live or finished
+    assert bool(snapshots[-1]["finished"].all())

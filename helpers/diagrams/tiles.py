@@ -1,10 +1,11 @@
-"""The tiles of flash attention: the (T, T) score matrix cut into blocks, one block computed at a time.
+"""The tiles of FlashAttention: the (T, T) scaled scores cut into blocks, one block computed at a time.
 
 ``tiles_diagram(num_tokens, tile_size, query_block, key_block)`` draws the queries Q down the left, the keys as
-Kᵀ along the top and the values as Vᵀ along the bottom (key j in column j, like S), the score matrix S cut into
-``tile_size`` x ``tile_size`` tiles (folded in, live, not reached yet, and for causal attention the tiles above the
-diagonal that are never computed, told apart from the cells masked inside a diagonal tile), and per query row the
-running state m_i, ell_i and acc_i, with the rows the live tile updates highlighted. Tiles count from 0, like rows.
+Kᵀ along the top and the values as Vᵀ along the bottom (key j in column j, like S), the scaled scores S/sqrt(d_k)
+cut into ``tile_size`` x ``tile_size`` tiles (folded in, live, not reached yet, and for causal attention the tiles
+above the diagonal that are never computed, told apart from the cells masked inside a diagonal tile), and per query
+row the running state m_i, ell_i and acc_i, with the rows the live tile updates highlighted. The tiles are computed
+one per step, in order; steps count from 0, like rows.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 __all__ = ["tiles_diagram"]
 
 _LIVE = "#ef3b2c"       # the tile being computed (a deeper shade of the scores' colour)
+_FOLDED_HATCH = "...."  # tiles already folded in: the scores' colour, dotted (gone from memory)
 _LATER = "#ffffff"      # tiles not reached yet, rows not started
 _NEVER = "#ffffff"      # causal: tiles wholly in the future, never computed (drawn hatched)
 _HATCH = "#bdbdbd"
@@ -42,7 +44,7 @@ def tiles_diagram(num_tokens: int = 8, tile_size: int = 2, query_block: int = 2,
 
     Sizes are in tokens: ``num_tokens`` rows and columns of S, tiles of ``tile_size`` (the last may be
     shorter); ``d_k`` is the width drawn for Q and Kᵀ, ``d_v`` that of Vᵀ and of each row's accumulator.
-    Blocks and tiles count from 0.
+    Blocks and steps count from 0.
     """
     for name, value in (("num_tokens", num_tokens), ("tile_size", tile_size), ("d_k", d_k), ("d_v", d_v)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -92,14 +94,15 @@ def tiles_diagram(num_tokens: int = 8, tile_size: int = 2, query_block: int = 2,
                 for c in range(c0, c1):
                     if never:
                         _cell(ax, s_x + c, s_y + r, _NEVER, hatch="////", edgecolor=_HATCH)
+                    elif is_causal and c > r:
+                        _cell(ax, s_x + c, s_y + r, masked)
                     else:
-                        _cell(ax, s_x + c, s_y + r, masked if is_causal and c > r else face)
+                        folded = not never and index < live_index
+                        _cell(ax, s_x + c, s_y + r, face, hatch=_FOLDED_HATCH if folded else None)
             ax.add_patch(Rectangle((s_x + c0, s_y + r0), c1 - c0, r1 - r0, fill=False, edgecolor="#525252",
                                    linewidth=1.2))
-    ax.add_patch(Rectangle((s_x + cols.start, s_y + rows.start), len(cols), len(rows), fill=False,
-                           edgecolor="black", linewidth=2.5))
-    label(ax, s_x + T / 2, s_y - 0.45, f"S ({T}, {T}) in tiles of {tile_size} × {tile_size}", fontsize=10,
-          fontweight="bold", va="bottom")
+    label(ax, s_x + T / 2, s_y - 0.45, f"$S/\\sqrt{{d_k}}$ ({T}, {T}) in tiles of {tile_size} × {tile_size}",
+          fontsize=10, fontweight="bold", va="bottom")
     label(ax, s_x + T / 2, v_y + d_v + 0.3, "(V drawn transposed: key j is column j, as in S)", fontsize=8,
           color="#525252", va="top")
     arrow(ax, (0.5 + d_k + 0.1, s_y + rows.start + len(rows) / 2), (s_x - 0.1, s_y + rows.start + len(rows) / 2),
@@ -116,19 +119,22 @@ def tiles_diagram(num_tokens: int = 8, tile_size: int = 2, query_block: int = 2,
             for c in range(width):
                 _cell(ax, x + c, s_y + r, face, edgecolor="#525252", linewidth=0.8)
         label(ax, x + width / 2, s_y - 0.45, symbol, fontsize=11, va="bottom")
-        label(ax, x + width / 2, s_y + T + 0.3 + 0.75 * offset, code, fontsize=8, va="top", color="#525252",
-              family="monospace")
+        # a key under the columns, one line each, aligned: symbol = name in the code
+        label(ax, stats_x, s_y + T + 0.5 + 0.9 * offset, f"{symbol} = ", fontsize=9, va="top", ha="left")
+        label(ax, stats_x + 1.9, s_y + T + 0.5 + 0.9 * offset, code, fontsize=9, va="top", ha="left",
+              color="#525252", family="monospace")
     arrow(ax, (s_x + cols.stop + 0.1, s_y + rows.start + len(rows) / 2),
           (stats_x - 0.1, s_y + rows.start + len(rows) / 2), "update", fontsize=8, color=_LIVE,
           text_offset=((T - cols.stop) / 2, -0.15))  # the label sits in the gap
     for r in range(T):
-        label(ax, acc_x + d_v + 0.3, s_y + r + 0.5, f"row {r}", fontsize=7, color="#525252", ha="left")
+        label(ax, acc_x + d_v + 0.3, s_y + r + 0.5, f"row {r}", fontsize=9, color="#525252", ha="left")
 
-    title = (f"Tile {live_index} (of {len(order)}, counted from 0): query rows {rows.start}–{rows.stop - 1} "
-             f"× key columns {cols.start}–{cols.stop - 1}")
+    title = (f"Step {live_index} (of steps 0–{len(order) - 1}): the tile of query rows "
+             f"{rows.start}–{rows.stop - 1} × key columns {cols.start}–{cols.stop - 1}")
     ax.set_title(title, fontsize=11, pad=2, visible=False)  # kept for inspection; drawn inside the canvas below
     label(ax, (acc_x + d_v + 3.0) / 2, 0.7, title, fontsize=11)
-    handles = [Patch(facecolor=PALETTE["scores"], edgecolor="#525252", label="folded in, then discarded"),
+    handles = [Patch(facecolor=PALETTE["scores"], edgecolor="#525252", hatch=_FOLDED_HATCH,
+                     label="folded in, then discarded"),
                Patch(facecolor=_LIVE, edgecolor="#525252", label="live tile / rows it updates"),
                Patch(facecolor=_LATER, edgecolor="#525252", label="not reached yet"),
                Patch(facecolor=_FINISHED, edgecolor="#525252", label="row done: $z_i = \\mathrm{acc}_i / \\ell_i$"),

@@ -8,7 +8,7 @@ import torch
 
 from ..attention import scaled_dot_product_attention
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, requires
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, requires
 
 __all__ = ["merge_states", "padded_causal_sdpa", "one_query_tiled_bug"]
 
@@ -162,8 +162,9 @@ padded_causal_sdpa = FunctionExercise(
     "write padded_causal_sdpa(queries, keys, values, lengths): queries and keys (B, H, T, d_k), values "
     "(B, H, T, d_v); sequence b of the batch holds lengths[b] real tokens followed by padding. Return the context "
     "vectors (B, H, T, d_v) in which every query attends only to keys that are at or before its own position AND "
-    "are real tokens. Compute them with torch.nn.functional.scaled_dot_product_attention (one attn_mask has to say "
-    "both: SDPA does not accept is_causal=True together with an attn_mask on every path).",
+    "are real tokens. Use torch.nn.functional.scaled_dot_product_attention, with one attn_mask that says both: "
+    "PyTorch's documentation says that setting attn_mask and is_causal=True together is an error (some paths accept "
+    "the pair anyway; do not rely on that).",
     reference=_reference_padded,
     cases=_padded_cases,
     hint=["Write down the (T, T) table of which key each query may use for a sequence of length 3 in T = 5. "
@@ -191,53 +192,102 @@ padded_causal_sdpa = FunctionExercise(
 
 
 # --- 3. spot the bug: one query, tile by tile ---------------------------------------------------------------
+def _scores_rising(g: torch.Generator, num_keys: int, d_k: int, d_v: int, tile_size: int):
+    """One query, keys and values whose row maximum grows from tile to tile (every tile raises the running max)."""
+    query, keys, values = randn(g, d_k), randn(g, num_keys, d_k), randn(g, num_keys, d_v)
+    direction = query / query.norm()
+    ramp = torch.arange(num_keys, dtype=torch.float32) // tile_size           # 0, 0, 1, 1, 2, 2, ...
+    return query, keys + (ramp * 1.5)[:, None] * direction, values, tile_size
+
+
 def _one_query_cases(g: torch.Generator) -> list[Case]:
-    return [Case("9 keys, d_k = 4, d_v = 4, tiles of 3", (randn(g, 4), randn(g, 9, 4), randn(g, 9, 4), 3)),
+    query, keys, values = randn(g, 4), randn(g, 6, 4), randn(g, 6, 3)
+    keys[0] = 4.0 * query / query.norm()                          # the largest score sits in the first tile
+    return [Case("6 keys, d_k = 4, d_v = 3, tiles of 2, the largest score in the first tile",
+                 (query, keys, values, 2)),
+            Case("9 keys, d_k = 4, d_v = 4, tiles of 3, the maximum growing from tile to tile",
+                 _scores_rising(g, 9, 4, 4, 3)),
             Case("10 keys, d_k = 4, d_v = 16, tiles of 4", (randn(g, 4), randn(g, 10, 4), randn(g, 10, 16), 4)),
-            Case("7 keys, d_k = 9, d_v = 2, tiles of 2", (randn(g, 9), randn(g, 7, 9), randn(g, 7, 2), 2))]
+            Case("7 keys, d_k = 9, d_v = 2, tiles of 2", (randn(g, 9), randn(g, 7, 9), randn(g, 7, 2), 2)),
+            Case("5 keys, d_k = 4, d_v = 4, one tile of 8 (all keys at once)",
+                 (randn(g, 4), randn(g, 5, 4), randn(g, 5, 4), 8))]
 
 
 def buggy_one_query_tiled(query, keys, values, tile_size):
-    scale = 1 / math.sqrt(values.shape[-1])
+    scale = 1 / math.sqrt(keys.shape[-1])
     running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
     accumulator = torch.zeros(values.shape[-1])
     for start in range(0, keys.shape[0], tile_size):
         scores = keys[start:start + tile_size] @ query * scale
         new_max = torch.maximum(running_max, scores.max())
+        running_max = new_max
         correction = torch.exp(running_max - new_max)
         exp_scores = torch.exp(scores - new_max)
         running_sum = running_sum * correction + exp_scores.sum()
         accumulator = accumulator * correction + exp_scores @ values[start:start + tile_size]
-        running_max = new_max
     return accumulator / running_sum
 
 
 def _solution_one_query_tiled(query, keys, values, tile_size):
-    scale = 1 / math.sqrt(keys.shape[-1])                          # d_k: the width of the dot products
+    scale = 1 / math.sqrt(keys.shape[-1])
     running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
     accumulator = torch.zeros(values.shape[-1])
     for start in range(0, keys.shape[0], tile_size):
         scores = keys[start:start + tile_size] @ query * scale     # (tile,)
         new_max = torch.maximum(running_max, scores.max())
-        correction = torch.exp(running_max - new_max)
+        correction = torch.exp(running_max - new_max)               # uses the OLD maximum: 0 on the first tile
         exp_scores = torch.exp(scores - new_max)
         running_sum = running_sum * correction + exp_scores.sum()
         accumulator = accumulator * correction + exp_scores @ values[start:start + tile_size]
-        running_max = new_max
+        running_max = new_max                                       # only now does the old maximum go
     return accumulator / running_sum                                # (d_v,)
+
+
+def _one_query_with(rescale_sum: bool, rescale_acc: bool, upside_down: bool = False):
+    def tiled(query, keys, values, tile_size):
+        running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
+        accumulator = torch.zeros(values.shape[-1])
+        for start in range(0, keys.shape[0], tile_size):
+            scores = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
+            new_max = torch.maximum(running_max, scores.max())
+            correction = torch.exp(new_max - running_max) if upside_down else torch.exp(running_max - new_max)
+            exp_scores = torch.exp(scores - new_max)
+            running_sum = running_sum * (correction if rescale_sum else 1.0) + exp_scores.sum()
+            new_terms = exp_scores @ values[start:start + tile_size]
+            accumulator = accumulator * (correction if rescale_acc else 1.0) + new_terms
+            running_max = new_max
+        return accumulator / running_sum
+    return tiled
 
 
 one_query_tiled_bug = SpotTheBug(
     "Spot the bug: one query, tile by tile",
-    "this tiled attention for one query (d_k,) over keys (T, d_k) and values (T, d_v) returns the right context "
-    "vector for some inputs and a wrong one for others. Find the bug and write the fixed function.",
+    "this online softmax for one query (d_k,) over keys (T, d_k) and values (T, d_v) returns the right context "
+    "vector for some inputs and a wrong one for others. Find the bug and write the fixed function, still tile by "
+    "tile (torch.softmax and scaled_dot_product_attention are not allowed).",
     reference=lambda q, k, v, tile: scaled_dot_product_attention(q[None], k, v)[0][0],
     cases=_one_query_cases,
-    hint=["Run it next to the formula softmax(q Kᵀ / √d_k) V on inputs of a few different shapes. Which shapes "
-          "does it get right?",
-          "Once you know which shapes break it, read every line that takes a size from a shape."],
+    hint=["Find an input on which it is right and one on which it is wrong. Where does the largest score sit in "
+          "each?",
+          "Print every variable of the loop after each tile and compare with section 2's update rule, term by term."],
     solution=_solution_one_query_tiled,
     buggy=buggy_one_query_tiled,
-    bug_message="the scores are scaled by 1/sqrt(d_v), the width of the VALUES. The dot products run over the "
-                "keys' features: scale by the keys' width d_k.",
+    bug_message="the correction is always exp(0) = 1: running_max is overwritten with new_max before "
+                "exp(running_max - new_max) is computed, so nothing summed before a larger maximum arrives is ever "
+                "re-based onto it. Compute the correction from the old maximum, then update running_max.",
+    mistakes=[
+        Mistake(_one_query_with(rescale_sum=True, rescale_acc=False),
+                "the running sum is re-based when the maximum grows, but the accumulator is not: its old terms "
+                "are still measured against the old maximum."),
+        Mistake(_one_query_with(rescale_sum=False, rescale_acc=True),
+                "the accumulator is re-based when the maximum grows, but the running sum is not: its old terms "
+                "are still measured against the old maximum."),
+        Mistake(_one_query_with(rescale_sum=True, rescale_acc=True, upside_down=True),
+                "your correction is upside down: exp(new_max - running_max) is infinite on the first tile and "
+                "grows the old terms. A term exp(s - m) becomes exp(s - m') by multiplying it with exp(m - m'), "
+                "which is at most 1."),
+    ],
+    rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax",
+                   "torch.nn.functional.scaled_dot_product_attention",
+                   why="The fix keeps the online softmax: one tile at a time, never the whole row of weights.")],
 )

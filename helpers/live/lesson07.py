@@ -1,8 +1,8 @@
 """Live picture and measuring plumbing of notebook 07: causal tiled attention, one tile per slider step.
 
-``tile_explorer(tokens, queries, keys, values, tile_size=2)`` shows, after each tile (counted from 0), the scaled
-scores computed so far (the live tile outlined in red) and each query row's running maximum m_i and running sum
-ell_i. ``tile_snapshots`` is the data behind it, one dict per tile, for printing and for tests.
+``tile_explorer(tokens, queries, keys, values, tile_size=2)`` shows, after each step (one tile per step, counted
+from 0), the scaled scores computed so far (the live tile outlined in red) and each query row's running maximum m_i
+and running sum ell_i. ``tile_snapshots`` is the data behind it, one dict per step, for printing and for tests.
 ``measure_time_ms`` and ``scaling_plot`` time the three ways of computing attention and draw the result.
 """
 
@@ -12,7 +12,6 @@ import math
 import time
 
 import torch
-from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..diagrams._draw import PALETTE
@@ -32,8 +31,9 @@ def tile_snapshots(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tens
     """The state of causal tiled attention after every tile, for ``(T, d)`` queries, keys and values.
 
     Each snapshot holds ``rows`` and ``cols`` (the tile's query rows and key columns, ranges), ``scores``
-    ``(T, T)``: the scaled scores computed so far (``nan`` where not computed yet, or in the future), and
-    ``running_max``, ``running_sum`` ``(T,)``: each row's m_i and ell_i so far (``nan`` for rows not started).
+    ``(T, T)``: the scaled scores computed so far (``nan`` where not computed yet, or in the future),
+    ``running_max``, ``running_sum`` ``(T,)``: each row's m_i and ell_i so far (``nan`` for rows not started), and
+    ``finished`` ``(T,)``: whether the row's last tile has been folded in (its context vector is written).
     """
     for name, tensor in (("queries", queries), ("keys", keys), ("values", values)):
         if not isinstance(tensor, torch.Tensor) or tensor.dim() != 2:
@@ -44,6 +44,7 @@ def tile_snapshots(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tens
     seen = torch.full((num_tokens, num_tokens), float("nan"))
     running_max = torch.full((num_tokens,), float("nan"))
     running_sum = torch.full((num_tokens,), float("nan"))
+    finished = torch.zeros(num_tokens, dtype=torch.bool)
     snapshots = []
     for step in iter_tile_steps(queries, keys, values, is_causal=True, tile_size=tile_size):
         rows, cols = step.query_rows, step.key_cols
@@ -52,8 +53,9 @@ def tile_snapshots(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tens
             future[rows.start:rows.stop, cols.start:cols.stop], float("nan"))
         running_max[rows.start:rows.stop] = step.running_max
         running_sum[rows.start:rows.stop] = step.running_sum
-        snapshots.append({"rows": rows, "cols": cols, "scores": seen.clone(),
-                          "running_max": running_max.clone(), "running_sum": running_sum.clone()})
+        finished[rows.start:rows.stop] = step.done
+        snapshots.append({"rows": rows, "cols": cols, "scores": seen.clone(), "running_max": running_max.clone(),
+                          "running_sum": running_sum.clone(), "finished": finished.clone()})
     return snapshots
 
 
@@ -67,12 +69,17 @@ def final_row_statistics(queries: torch.Tensor, keys: torch.Tensor) -> tuple[tor
     return row_max, row_sum
 
 
-def _show_rows(bars: Bars, values: torch.Tensor, live_rows: range) -> None:
-    # nan = row not started yet: hide its bar; paint the live tile's rows red
+_FINISHED = PALETTE["context"]  # rows whose context vector z_i is written, as in the diagram
+
+
+def _show_rows(bars: Bars, values: torch.Tensor, live_rows: range, finished: torch.Tensor) -> None:
+    # nan = row not started yet: hide its bar; paint the live tile's rows red and the finished rows grey
     bars.update(torch.nan_to_num(values, nan=0.0))
     for index, (bar, value) in enumerate(zip(bars.bars, values.tolist())):
         bar.set_visible(not math.isnan(value))
-        bar.set_color(bars.highlight_color if index in live_rows else bars.color)
+        live = index in live_rows
+        bar.set_color(bars.highlight_color if live else _FINISHED if bool(finished[index]) else bars.color)
+        bar.set_edgecolor("#525252" if bool(finished[index]) and not live else "none")
 
 
 def _tile_of_each_cell(num_tokens: int, tile_size: int) -> list[list[int | None]]:
@@ -85,12 +92,14 @@ def _tile_of_each_cell(num_tokens: int, tile_size: int) -> list[list[int | None]
 
 def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, *,
                   tile_size: int = 2, step: int | None = None) -> LiveFigure:
-    """A slider over the tiles of causal tiled attention on ``(T, d)`` queries, keys and values.
+    """A slider over the steps of causal tiled attention on ``(T, d)`` queries, keys and values, one tile a step.
 
     Left: the scaled scores s_ij / sqrt(d_k) computed so far (colours centred on 0), the live tile outlined in red,
     cells masked inside a diagonal tile in grey, tiles never computed hatched. Right: each query row's running max
-    m_i and running sum ell_i after that tile (black ticks: their final values). Tiles count from 0; ``step`` is
-    the tile shown first (default: the middle one). The returned figure has ``snapshots``, ``score_map``,
+    m_i and running sum ell_i after that step: the live tile's rows in red, rows already finished in grey (rows are
+    taken block by block, so a started row is either live or finished; no final values are drawn, so the picture
+    never shows what a row has not seen yet). Steps count from 0; ``step`` is
+    the one shown first (default: the middle one). The returned figure has ``snapshots``, ``score_map``,
     ``max_bars`` and ``sum_bars`` for inspection.
     """
     queries, keys, values = (t.detach().cpu().float() for t in (queries, keys, values))
@@ -129,24 +138,22 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
                              Patch(facecolor="white", edgecolor="#bdbdbd", hatch="////", label="never computed"),
                              Patch(facecolor="white", edgecolor="#525252", label="not reached yet")],
                     loc="upper right", fontsize=8.5, framealpha=1.0)
+    # fixed axes for the whole walk: a running max lies between the lowest visible score and the largest row maximum
+    lowest = float(all_scores.masked_fill(torch.ones_like(all_scores, dtype=torch.bool).triu(1), float("inf")).min())
     max_bars = Bars(max_ax, torch.zeros(num_tokens), tokens, xlabel="",
-                    ylabel="running max $m_i$",
-                    ylim=(min(0.0, float(final_max.min())) - 0.3, float(final_max.max()) + 0.4))
+                    ylabel="running max $m_i$", ylim=(min(0.0, lowest) - 0.3, float(final_max.max()) + 0.4))
     sum_bars = Bars(sum_ax, torch.zeros(num_tokens), tokens, xlabel="query token",
                     ylabel="running sum $\\ell_i$", ylim=(0.0, float(final_sum.max()) + 0.5))
-    for ax, final in ((max_ax, final_max), (sum_ax, final_sum)):
-        ax.scatter(range(num_tokens), final, marker="_", s=400, linewidths=2, color="black", zorder=3)
     max_ax.legend(handles=[Patch(color=max_bars.highlight_color, label="rows of the live tile"),
-                           Line2D([], [], color="black", marker="_", markersize=14, markeredgewidth=2, linestyle="",
-                                  label="final value, after the row's last tile")],
+                           Patch(facecolor=_FINISHED, edgecolor="#525252", label="rows finished")],
                   loc="lower left", bbox_to_anchor=(0.0, 1.0), ncols=2, fontsize=9, frameon=False)
 
     def redraw(step: int) -> None:
         state = snapshots[step]
         rows, cols = state["rows"], state["cols"]
-        score_map.update(state["scores"], title=f"Tile {step} (of {len(snapshots)}, counted from 0): query rows "
-                                                f"{rows.start}–{rows.stop - 1} × key columns {cols.start}–"
-                                                f"{cols.stop - 1}")
+        score_map.update(state["scores"], title=f"Step {step} (of steps 0–{len(snapshots) - 1}): the tile of "
+                                                f"query rows {rows.start}–{rows.stop - 1} × key columns "
+                                                f"{cols.start}–{cols.stop - 1}")
         for i, row in enumerate(score_map.texts):  # numbers only where computed; dark text on pale colours
             for j, text in enumerate(row):
                 value = float(state["scores"][i, j])
@@ -157,10 +164,10 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
         live_tile.set_xy((cols.start - 0.5, rows.start - 0.5))
         live_tile.set_width(len(cols))
         live_tile.set_height(len(rows))
-        _show_rows(max_bars, state["running_max"], rows)
-        _show_rows(sum_bars, state["running_sum"], rows)
+        _show_rows(max_bars, state["running_max"], rows, state["finished"])
+        _show_rows(sum_bars, state["running_sum"], rows, state["finished"])
 
-    view = LiveFigure(fig, redraw, {"step": int_slider("tile", step, 0, len(snapshots) - 1)},
+    view = LiveFigure(fig, redraw, {"step": int_slider("step", step, 0, len(snapshots) - 1)},
                       animated=[live_tile, *(patch for _, patch in masked_cells)])
     view.snapshots, view.score_map, view.max_bars, view.sum_bars = snapshots, score_map, max_bars, sum_bars
     return view
@@ -200,7 +207,7 @@ def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
     for name, marker in (("explicit", "o"), ("SDPA", "s"), ("tiled", "^")):
         time_ax.loglog(sizes, time_ms[name], marker=marker, label=name)
         memory_ax.loglog(sizes, peak_mib[name], marker=marker, label=name)
-    for ax, measured, slopes in ((time_ax, time_ms, (2,)), (memory_ax, peak_mib, (2, 1))):
+    for ax, measured, slopes in ((time_ax, time_ms, (2, 1)), (memory_ax, peak_mib, (2, 1))):
         top = max(max(values) for values in measured.values())
         bottom = min(min(values) for values in measured.values())
         ax.set_ylim(bottom / 2, top * 3)
