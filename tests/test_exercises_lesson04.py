@@ -137,7 +137,7 @@ def test_hidden_yet_weighted_is_a_spot_the_bug_and_its_bug_is_named():
 
 def test_hidden_yet_weighted_buggy_code_builds_its_mask_where_the_scores_are():
     source = inspect.getsource(lesson04.hidden_yet_weighted.buggy)
-    assert "device=attn_scores.device" in source
+    assert "device=scaled_scores.device" in source
     scores = torch.randn(4, 4, device="meta")
     assert lesson04.hidden_yet_weighted.buggy(scores).device.type == "meta"   # no CPU-only tensor inside
 
@@ -150,6 +150,16 @@ def test_hidden_yet_weighted_buggy_code_builds_its_mask_where_the_scores_are():
 def test_hidden_yet_weighted_accepts_every_right_fix(answer):
     feedback = lesson04.hidden_yet_weighted.check(answer)
     assert feedback, feedback.message
+
+
+def test_hidden_yet_weighted_says_its_scores_are_already_scaled():
+    exercise = lesson04.hidden_yet_weighted
+    assert "already divided by sqrt(d_k)" in exercise.task
+    assert "scaled_scores" in inspect.getsource(exercise.buggy)
+    scaled_again = lambda s: torch.softmax(   # noqa: E731 - a learner who "fixes" the scaling too
+        s.masked_fill(helpers.causal_mask(s.shape[-1]), float("-inf")) / s.shape[-1] ** 0.5, dim=-1)
+    feedback = exercise.check(scaled_again)
+    assert not feedback and "already divided by sqrt(d_k)" in feedback.message, feedback.message
 
 
 # --- what every lesson-04 exercise promises -------------------------------------------------------------

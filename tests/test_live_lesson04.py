@@ -20,52 +20,56 @@ def weights():
     return unmasked, causal
 
 
-def test_starts_on_the_causal_weights_at_the_chosen_query(weights):
+def test_shows_both_weights_and_starts_at_the_chosen_query(weights):
     unmasked, causal = weights
     explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
-    assert repr(explorer) == "LiveFigure(causal='on', query=2)"
-    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), causal)
+    assert repr(explorer) == "LiveFigure(query=2)"
+    torch.testing.assert_close(torch.as_tensor(explorer.unmasked_map.image.get_array()), unmasked)
+    torch.testing.assert_close(torch.as_tensor(explorer.causal_map.image.get_array()), causal)
+    assert explorer.unmasked_map.ax.get_title() == "Without the mask"
+    assert explorer.causal_map.ax.get_title() == "$A$, with the causal mask"
     assert explorer.initial_png and bytes(explorer.image.value) == explorer.initial_png
 
 
-def test_mask_off_shows_the_unmasked_weights_and_the_leak(weights):
+def test_the_row_shows_the_causal_bars_over_the_unmasked_outlines(weights):
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
+    torch.testing.assert_close(torch.tensor([bar.get_height() for bar in explorer.query_bars.bars]), causal[2])
+    torch.testing.assert_close(torch.tensor([bar.get_height() for bar in explorer.unmasked_bars]), unmasked[2])
+    leak = future_weight(unmasked, 2)
+    assert leak > 0.0
+    assert explorer.query_bars.ax.get_title().endswith(f"without the mask, {leak:.2f} on later keys")
+    labels = [t.get_text() for t in explorer.query_bars.ax.get_legend().get_texts()]
+    assert labels == ["with the mask: $A$", "without the mask", "keys after the query"]
+
+
+def test_query_slider_moves_the_bars_band_and_outlines(weights):
     unmasked, causal = weights
     explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
     before = bytes(explorer.image.value)
-    explorer.controls["causal"].value = "off"
-    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), unmasked)
-    assert explorer.weights_map.ax.get_title() == "Weights $A$, causal mask off"
-    leak = future_weight(unmasked, 2)
-    assert leak > 0.0
-    assert explorer.future_label.get_text() == f"future: seen, {leak:.2f} of the weight"
-    assert bytes(explorer.image.value) != before  # the picture itself changed
-
-
-def test_query_slider_moves_the_bars_band_and_outline(weights):
-    unmasked, causal = weights
-    explorer = causal_explorer(unmasked, causal, TOKENS, query=2)
     one = TOKENS.index("one")
     explorer.controls["query"].value = one
     heights = [bar.get_height() for bar in explorer.query_bars.bars]
     torch.testing.assert_close(torch.tensor(heights), causal[one])
+    torch.testing.assert_close(torch.tensor([bar.get_height() for bar in explorer.unmasked_bars]), unmasked[one])
     assert heights[-1] == 0.0  # "step" is in the future of "one"
-    assert explorer.query_bars.ax.get_title() == "Row 4 of $A$: query 'one' (red: itself)"
-    assert explorer.future_label.get_text() == "future: hidden, 0.00 of the weight"
+    assert explorer.query_bars.ax.get_title().startswith("Row 4 ('one'), red: the query itself")
     band = [p for p in explorer.query_bars.ax.patches if p.get_facecolor()[:3] == pytest.approx((0.88,) * 3)]
     assert len(band) == 1 and band[0].get_x() == one + 0.5 and band[0].get_width() == len(TOKENS) - 1 - one
-    assert explorer.weights_map._row_outline.get_y() == one - 0.5
+    assert explorer.unmasked_map._row_outline.get_y() == one - 0.5
+    assert explorer.causal_map._row_outline.get_y() == one - 0.5
+    assert bytes(explorer.image.value) != before  # the picture itself changed
 
 
-def test_last_query_has_no_future_label(weights):
+def test_last_query_has_nothing_to_hide(weights):
     unmasked, causal = weights
     explorer = causal_explorer(unmasked, causal, TOKENS, query=5)
-    explorer.controls["causal"].value = "off"
-    assert explorer.future_label.get_text() == ""
+    assert explorer.query_bars.ax.get_title().endswith("no later keys: nothing to hide")
     torch.testing.assert_close(unmasked[5], causal[5])
 
 
 def test_the_notebook_example_values():
-    """The numbers that notebook 04 prints for its own sentence: 'starts' leaks 0.73 with the mask off."""
+    """The numbers that notebook 04 prints for its own sentence: 'starts' leaks 0.73 without the mask."""
     torch.manual_seed(123)
     embedding = torch.nn.Embedding(6, 3)
     W_query, W_key = torch.rand(3, 2), torch.rand(3, 2)
@@ -75,12 +79,24 @@ def test_the_notebook_example_values():
     unmasked = torch.softmax(scores, dim=-1)
     causal = torch.softmax(scores.masked_fill(causal_mask(6), float("-inf")), dim=-1)
     explorer = causal_explorer(unmasked, causal, TOKENS)
-    explorer.controls["causal"].value = "off"
-    assert explorer.future_label.get_text() == "future: seen, 0.73 of the weight"
-    explorer.controls["causal"].value = "on"
+    assert explorer.query_bars.ax.get_title().endswith("without the mask, 0.73 on later keys")
+    heights = [f"{bar.get_height():.2f}" for bar in explorer.query_bars.bars]
+    assert heights == ["0.46", "0.12", "0.43", "0.00", "0.00", "0.00"]
     explorer.controls["query"].value = 4
     heights = [f"{bar.get_height():.2f}" for bar in explorer.query_bars.bars]
     assert heights == ["0.09", "0.70", "0.08", "0.01", "0.12", "0.00"]
+
+
+def test_every_picture_labels_rows_and_columns_with_index_and_token(weights):
+    from helpers.live.lesson04 import weights_side_by_side
+
+    unmasked, causal = weights
+    explorer = causal_explorer(unmasked, causal, TOKENS)
+    fig = weights_side_by_side(unmasked, causal, TOKENS, titles=("a", "b"))
+    for ax in (explorer.unmasked_map.ax, explorer.query_bars.ax, fig.axes[0]):
+        assert [t.get_text() for t in ax.get_xticklabels()][:2] == ["0: Your", "1: journey"]
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()][:2] == ["0: Your", "1: journey"]
+    assert fig.axes[0].get_ylabel() == "query $i$" and fig.axes[0].get_xlabel() == "key $j$"
 
 
 def test_wrong_shapes_are_refused(weights):
@@ -111,6 +127,19 @@ def test_mask_then_softmax_diagram_is_sized_by_num_tokens(num_tokens):
     assert ax.figure.get_figwidth() <= 12.0
 
 
+def test_mask_then_softmax_diagram_names_the_tokens_it_is_given():
+    from helpers.diagrams.masking import mask_then_softmax_diagram
+
+    fig = mask_then_softmax_diagram(6, TOKENS)
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    rows = [t for t in texts if t[:1].isdigit() and ": " in t]
+    assert rows == [f"{i}: {token}" for i, token in enumerate(TOKENS)]                            # rows of S
+    assert all(token in texts for token in TOKENS)                                                  # keys of S
+    assert fig.get_figwidth() <= 12.0 + 1e-9
+    with pytest.raises(ValueError, match="tokens"):
+        mask_then_softmax_diagram(6, TOKENS[:4])
+
+
 def test_draw_mask_uses_two_colours_and_a_legend_not_a_colour_bar():
     from helpers.diagrams.masking import plot_mask
 
@@ -119,6 +148,7 @@ def test_draw_mask_uses_two_colours_and_a_legend_not_a_colour_bar():
     assert len(fig.axes) == 1                                     # no colour bar
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["hidden (True)", "visible (False)"]
     assert ax.images[0].get_array().tolist() == causal_mask(4).int().tolist()
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0: Your", "1: journey", "2: starts", "3: with"]
     with pytest.raises(TypeError, match="bool"):
         plot_mask(causal_mask(4).float(), TOKENS[:4], TOKENS[:4])
 
@@ -142,16 +172,6 @@ def test_draw_mask_gives_padding_its_own_shade():
         draw_mask(ax, mask, TOKENS, TOKENS, padding=padding[:4])
 
 
-def test_explorer_can_start_with_the_mask_off(weights):
-    unmasked, causal = weights
-    explorer = causal_explorer(unmasked, causal, TOKENS, query=2, causal="off")
-    assert repr(explorer) == "LiveFigure(causal='off', query=2)"
-    torch.testing.assert_close(torch.as_tensor(explorer.weights_map.image.get_array()), unmasked)
-    assert explorer.future_label.get_text() == f"future: seen, {future_weight(unmasked, 2):.2f} of the weight"
-    with pytest.raises(ValueError, match="causal must be"):
-        causal_explorer(unmasked, causal, TOKENS, causal="yes")
-
-
 def test_side_by_side_pictures_use_the_fixed_zero_to_one_scale(weights):
     from helpers.live.lesson04 import mask_and_weights, weights_side_by_side
 
@@ -160,6 +180,7 @@ def test_side_by_side_pictures_use_the_fixed_zero_to_one_scale(weights):
     heat = [ax for ax in fig.axes if ax.images and ax.get_title()]
     assert [ax.get_title() for ax in heat] == ["before", "after"]
     assert all(ax.images[0].get_clim() == (0.0, 1.0) for ax in heat)
+    assert len(fig.axes) == 3                                     # two heatmaps share one colour bar
     padding = torch.tensor([False] * 4 + [True] * 2)
     fig = mask_and_weights(causal_mask(6) | padding, causal, TOKENS, padding=padding, titles=("M", "A"))
     assert [ax.get_title() for ax in fig.axes[:2]] == ["M", "A"]

@@ -200,38 +200,46 @@ influence = FunctionExercise(
 # --- 3. spot the bug: hiding with a zero -------------------------------------------------------------------
 def _score_cases(g: torch.Generator) -> list[Case]:
     return [
-        Case("scores of 6 tokens", (randn(g, 6, 6),)),
+        Case("scaled scores of 6 tokens", (randn(g, 6, 6),)),
         Case("a batch of 2 sequences of 4 tokens", (randn(g, 2, 4, 4, scale=2.0),)),
         Case("a single token", (randn(g, 1, 1),)),
     ]
 
 
-def _reference_causal_weights(attn_scores):
-    hidden = _causal_mask(attn_scores.shape[-1], device=attn_scores.device)
-    return torch.softmax(attn_scores.masked_fill(hidden, float("-inf")), dim=-1)
+def _reference_causal_weights(scaled_scores):
+    hidden = _causal_mask(scaled_scores.shape[-1], device=scaled_scores.device)
+    return torch.softmax(scaled_scores.masked_fill(hidden, float("-inf")), dim=-1)
 
 
-def buggy_causal_weights(attn_scores):
-    num_tokens = attn_scores.shape[-1]
-    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=attn_scores.device)
+def buggy_causal_weights(scaled_scores):
+    # scaled_scores: S / sqrt(d_k), already scaled; shape (..., num_tokens, num_tokens)
+    num_tokens = scaled_scores.shape[-1]
+    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=scaled_scores.device)
     future = torch.triu(ones, diagonal=1)
-    attn_scores = attn_scores.masked_fill(future, 0.0)   # hide the future
-    return torch.softmax(attn_scores, dim=-1)
+    scaled_scores = scaled_scores.masked_fill(future, 0.0)   # hide the future
+    return torch.softmax(scaled_scores, dim=-1)
 
 
-def _solution_causal_weights(attn_scores):
-    num_tokens = attn_scores.shape[-1]
-    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=attn_scores.device)
+def _solution_causal_weights(scaled_scores):
+    num_tokens = scaled_scores.shape[-1]
+    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=scaled_scores.device)
     future = torch.triu(ones, diagonal=1)
-    attn_scores = attn_scores.masked_fill(future, float("-inf"))   # exp(-inf) = 0: no weight on the future
-    return torch.softmax(attn_scores, dim=-1)
+    scaled_scores = scaled_scores.masked_fill(future, float("-inf"))   # exp(-inf) = 0: no weight on the future
+    return torch.softmax(scaled_scores, dim=-1)
+
+
+def _scaled_twice(scaled_scores):
+    """A plausible over-fix: mask right, then divide by a square root once more."""
+    hidden = _causal_mask(scaled_scores.shape[-1], device=scaled_scores.device)
+    masked = scaled_scores.masked_fill(hidden, float("-inf"))
+    return torch.softmax(masked / scaled_scores.shape[-1] ** 0.5, dim=-1)
 
 
 hidden_yet_weighted = SpotTheBug(
     "Spot the bug: hidden, yet weighted",
-    "causal_weights(attn_scores) should return causal attention weights for scores (..., num_tokens, "
-    "num_tokens). It runs, every row sums to 1, and yet the keys in each query's future still get weight. "
-    "Find the bug and write the fixed function.",
+    "causal_weights(scaled_scores) should return causal attention weights for scores that are already divided "
+    "by sqrt(d_k), shape (..., num_tokens, num_tokens). It runs, every row sums to 1, and yet the keys in each "
+    "query's future still get weight. Find the bug and write the fixed function.",
     reference=_reference_causal_weights,
     cases=_score_cases,
     hint=["Take query 0 of a 3-token sentence with scores [1, 2, 3]. Work out its weights by hand, as this "
@@ -249,5 +257,8 @@ hidden_yet_weighted = SpotTheBug(
                 "needs a renormalisation. Mask the scores before the softmax instead."),
         Mistake(lambda s: torch.softmax(s, dim=-1),
                 "nothing is masked any more: every query sees the future."),
+        Mistake(_scaled_twice,
+                "the future is hidden now, but the scores arrive already divided by sqrt(d_k): dividing them "
+                "again changes every weight. Fix only the masking."),
     ],
 )

@@ -1,10 +1,13 @@
 """Pictures of notebook 04 (causal attention), so that each lesson cell is the idea plus one call.
 
-* :func:`causal_explorer` is the lesson's "what may each token see?" figure: the weights ``A`` as a heatmap (the
-  chosen query's row outlined) next to the bars of that row, with the keys in the query's future on a grey band.
-  A toggle switches the causal mask on and off; a slider walks the query along the sentence.
+* :func:`causal_explorer` is the lesson's "what may each token see?" figure: the weights without the mask and the
+  causal weights ``A`` side by side (the chosen query's row outlined in both), and that row as bars: filled for
+  ``A``, a dashed outline for the weights without the mask, the keys in the query's future on a grey band. A
+  slider walks the query along the sentence.
 * :func:`weights_side_by_side` draws two weight matrices on the same fixed 0..1 scale (before/after a change).
 * :func:`mask_and_weights` draws a padded sentence's mask (future and padding in two shades) next to its weights.
+
+Every picture labels rows and columns ``i: token`` (``0: Your``), so "row 0" and "query 0" point at one place.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 
-from ..diagrams.masking import draw_mask
+from ..diagrams.masking import draw_mask, numbered
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
-from ..widgets import LiveFigure, choice, int_slider
+from ..widgets import LiveFigure, int_slider
 
 __all__ = ["future_weight", "causal_explorer", "weights_side_by_side", "mask_and_weights"]
+
+VALUE_FONTSIZE = 10.5  # the numbers in the cells and above the bars: legible at 80 dpi
 
 
 def future_weight(attn_weights: torch.Tensor, query: int) -> float:
@@ -26,63 +31,82 @@ def future_weight(attn_weights: torch.Tensor, query: int) -> float:
     return float(attn_weights[query, query + 1:].sum())
 
 
-def causal_explorer(attn_weights: torch.Tensor, causal_weights: torch.Tensor, tokens: Sequence[str],
-                    query: int = 2, causal: str = "on") -> LiveFigure:
-    """Unmasked or causal weights ``(T, T)`` of ``tokens``, and one query's row as bars.
+def _weights_map(ax, weights: torch.Tensor, row_labels: Sequence[str], col_labels: Sequence[str], title: str, *,
+                 colorbar: bool = True, row_ticks: bool = True) -> Heatmap:
+    """Weights ``(rows, cols)`` on the fixed scale 0..1, labelled ``i: token``; optionally without a colour bar
+    (a neighbour carries it) or without row labels (a neighbour on the left has the same rows)."""
+    heatmap = Heatmap(ax, weights.detach().cpu(), numbered(row_labels), numbered(col_labels), vmin=0.0, vmax=1.0,
+                      title=title, xlabel="key $j$", ylabel="query $i$" if row_ticks else "",
+                      colorbar_label="attention weight (0 to 1)", value_fontsize=VALUE_FONTSIZE)
+    if not colorbar:
+        heatmap.colorbar.remove()
+    if not row_ticks:
+        ax.tick_params(labelleft=False)
+    return heatmap
 
-    Controls: ``causal`` ("on" shows ``causal_weights``, "off" shows ``attn_weights``; ``causal`` picks the
-    starting state) and ``query`` (0 .. T-1).
-    The returned :class:`LiveFigure` also carries ``.weights_map``, ``.query_bars`` and ``.future_label``.
+
+def causal_explorer(unmasked_weights: torch.Tensor, causal_weights: torch.Tensor, tokens: Sequence[str],
+                    query: int = 2) -> LiveFigure:
+    """The weights ``(T, T)`` of ``tokens`` without the mask and with it, and one query's row of both as bars.
+
+    Control: ``query`` (0 .. T-1). The returned :class:`LiveFigure` also carries ``.unmasked_map``,
+    ``.causal_map``, ``.query_bars`` (filled: the causal row) and ``.unmasked_bars`` (dashed outlines: the row
+    without the mask).
     """
     tokens = list(tokens)
     num_tokens = len(tokens)
-    for name, weights in (("attn_weights", attn_weights), ("causal_weights", causal_weights)):
+    for name, weights in (("unmasked_weights", unmasked_weights), ("causal_weights", causal_weights)):
         if not isinstance(weights, torch.Tensor) or tuple(weights.shape) != (num_tokens, num_tokens):
             raise ValueError(f"{name} must be a ({num_tokens}, {num_tokens}) tensor, one row per token")
-    weights_by_mode = {"on": causal_weights.detach().cpu(), "off": attn_weights.detach().cpu()}
-    if causal not in weights_by_mode:
-        raise ValueError(f"causal must be 'on' or 'off', got {causal!r}")
+    unmasked, causal = unmasked_weights.detach().cpu(), causal_weights.detach().cpu()
 
-    fig = new_figure(10.5, 4.2, ncols=2)
-    fig.get_layout_engine().set(wspace=0.1)  # room between the colour bar and the bar chart
-    heat_ax, bars_ax = fig.axes
-    weights_map = Heatmap(heat_ax, weights_by_mode["on"], tokens, tokens, vmin=0.0, vmax=1.0,
-                          colorbar_label="weight $a_{ij}$ (0 to 1)")
-    query_bars = Bars(bars_ax, weights_by_mode["on"][0], tokens, ylabel="weight $a_{ij}$", ylim=(0.0, 1.1),
-                      annotate=True)
-    future_zone = bars_ax.add_patch(Rectangle((0.5, 0.0), num_tokens, 1.1, color="0.88", zorder=0))
-    future_label = bars_ax.text(num_tokens - 0.6, 1.03, "", ha="right", va="center", fontsize=9)
+    fig = new_figure(12, 4.8, ncols=3)
+    unmasked_ax, causal_ax, bars_ax = fig.axes
+    unmasked_map = _weights_map(unmasked_ax, unmasked, tokens, tokens, "Without the mask", colorbar=False)
+    causal_map = _weights_map(causal_ax, causal, tokens, tokens, "$A$, with the causal mask", row_ticks=False)
+    query_bars = Bars(bars_ax, causal[query], numbered(tokens), xlabel="key $j$", ylabel="weight",
+                      ylim=(0.0, 1.38), annotate=True)
+    for text in query_bars.texts:
+        text.set_fontsize(VALUE_FONTSIZE)
+    unmasked_bars = list(bars_ax.bar(range(num_tokens), unmasked[query].tolist(), width=0.8, fill=False,
+                                     edgecolor="#252525", linestyle="--", linewidth=1.4, zorder=3))
+    future_zone = bars_ax.add_patch(Rectangle((0.5, 0.0), num_tokens, 1.38, color="0.88", zorder=0))
+    bars_ax.set_xlim(-0.6, num_tokens - 0.4)  # fixed, whatever the width of the grey band
+    bars_ax.legend(handles=[Patch(facecolor="tab:blue", label="with the mask: $A$"),
+                            Patch(fill=False, edgecolor="#252525", linestyle="--", label="without the mask"),
+                            Patch(facecolor="0.88", label="keys after the query")],
+                   loc="upper right", fontsize=9.5, frameon=False)
 
-    def redraw(causal: str, query: int) -> None:
-        weights = weights_by_mode[causal]
-        weights_map.update(weights, title=f"Weights $A$, causal mask {causal}")
-        weights_map.outline_row(query)
-        query_bars.update(weights[query], highlight=query,
-                          title=f"Row {query} of $A$: query '{tokens[query]}' (red: itself)")
+    def redraw(query: int) -> None:
+        for heatmap in (unmasked_map, causal_map):
+            heatmap.outline_row(query)
+        for bar, height in zip(unmasked_bars, unmasked[query].tolist()):
+            bar.set_height(height)
         future_zone.set_x(query + 0.5)  # the grey band covers the keys after the query
         future_zone.set_width(num_tokens - 1 - query)
         if query == num_tokens - 1:
-            future_label.set_text("")  # the last token has no future
+            future = "no later keys: nothing to hide"
         else:
-            state = "hidden" if causal == "on" else "seen"
-            future_label.set_text(f"future: {state}, {future_weight(weights, query):.2f} of the weight")
+            future = f"without the mask, {future_weight(unmasked, query):.2f} on later keys"
+        query_bars.update(causal[query], highlight=query,
+                          title=f"Row {query} ('{tokens[query]}'), red: the query itself\n{future}")
 
-    explorer = LiveFigure(fig, redraw, {"causal": choice("causal mask", ["on", "off"], value=causal),
-                                        "query": int_slider("query position", query, 0, num_tokens - 1)})
-    explorer.weights_map, explorer.query_bars, explorer.future_label = weights_map, query_bars, future_label
+    explorer = LiveFigure(fig, redraw, {"query": int_slider("query i", query, 0, num_tokens - 1)},
+                          animated=[*unmasked_bars, future_zone])
+    explorer.unmasked_map, explorer.causal_map = unmasked_map, causal_map
+    explorer.query_bars, explorer.unmasked_bars = query_bars, unmasked_bars
     return explorer
 
 
 def weights_side_by_side(left: torch.Tensor, right: torch.Tensor, row_labels: Sequence[str],
                          col_labels: Sequence[str] | None = None, *,
                          titles: tuple[str, str] = ("", "")) -> CourseFigure:
-    """Two weight matrices ``(rows, cols)`` next to each other, both on the fixed scale 0..1 (``nan`` cells blank)."""
+    """Two weight matrices ``(rows, cols)`` next to each other, both on the fixed scale 0..1 (``nan`` cells blank),
+    with one colour bar on the right."""
     col_labels = list(row_labels) if col_labels is None else list(col_labels)
-    fig = new_figure(10, 4.2, ncols=2)
-    fig.get_layout_engine().set(wspace=0.08)  # room between the first colour bar and the second panel
-    for ax, weights, title in zip(fig.axes[:2], (left, right), titles):
-        Heatmap(ax, weights.detach().cpu(), list(row_labels), col_labels, vmin=0.0, vmax=1.0, title=title,
-                colorbar_label="weight $a_{ij}$")
+    fig = new_figure(10, 4.4, ncols=2)
+    _weights_map(fig.axes[0], left, row_labels, col_labels, titles[0], colorbar=False)
+    _weights_map(fig.axes[1], right, row_labels, col_labels, titles[1], row_ticks=False)
     return fig
 
 
@@ -90,10 +114,9 @@ def mask_and_weights(mask: torch.Tensor, weights: torch.Tensor, labels: Sequence
                      padding: torch.Tensor | None = None, titles: tuple[str, str] = ("", "")) -> CourseFigure:
     """One sequence's bool ``mask`` ``(T, T)`` (True = hidden; ``padding`` ``(T,)`` marks padded keys, drawn
     darker) next to its weights ``(T, T)`` on the fixed scale 0..1."""
-    fig = new_figure(11, 4.2, ncols=2)
+    fig = new_figure(11.5, 4.4, ncols=2)
     fig.get_layout_engine().set(wspace=0.08)
     mask_ax, weights_ax = fig.axes
     draw_mask(mask_ax, mask, labels, labels, title=titles[0], padding=padding)
-    Heatmap(weights_ax, weights.detach().cpu(), list(labels), list(labels), vmin=0.0, vmax=1.0, title=titles[1],
-            colorbar_label="weight $a_{ij}$")
+    _weights_map(weights_ax, weights, labels, labels, titles[1])
     return fig
