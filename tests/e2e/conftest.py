@@ -80,18 +80,44 @@ def _code_sources(path: Path) -> list[str]:
     return sources
 
 
-def live_figure_notebooks(directory: Path = NOTEBOOK_DIR, *, with_slider: bool = False) -> list[Path]:
-    """Notebooks in ``directory`` with a code cell that builds a ``LiveFigure``.
+def _live_figure_reprs(path: Path) -> list[str]:
+    """The stored ``text/plain`` of every LiveFigure the notebook at ``path`` displays (``LiveFigure(x=1, ...)``).
 
-    With ``with_slider``, only those whose code also builds a slider (checked again in the browser:
-    the test fails if no rendered LiveFigure of such a notebook has one).
+    The lessons build their live pictures with one call into ``helpers.live``, so the stored outputs, not the
+    cell sources, say which notebooks show one.
+    """
+    try:
+        cells = json.loads(path.read_text(encoding="utf-8")).get("cells", [])
+    except (OSError, ValueError):
+        return []
+    reprs = []
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            text = output.get("data", {}).get("text/plain", "")
+            text = "".join(text) if isinstance(text, list) else text
+            if text.startswith("LiveFigure("):
+                reprs.append(text)
+    return reprs
+
+
+# A control whose stored value is a number is a slider (float_slider, int_slider); the browser checks again.
+NUMERIC_SETTING = re.compile(r"[(,]\s*\w+=-?\d")
+
+
+def live_figure_notebooks(directory: Path = NOTEBOOK_DIR, *, with_slider: bool = False) -> list[Path]:
+    """Notebooks in ``directory`` that display a ``LiveFigure`` (from their stored outputs, or a code cell that
+    builds one).
+
+    With ``with_slider``, only those with a slider (a numeric setting in a stored LiveFigure, or a slider built in
+    their code); checked again in the browser: the test fails if no rendered LiveFigure of such a notebook has one.
     """
     found = []
     for path in sorted(directory.glob("*.ipynb")):
-        sources = _code_sources(path)
-        if not any("LiveFigure(" in source for source in sources):
+        sources, reprs = _code_sources(path), _live_figure_reprs(path)
+        if not reprs and not any("LiveFigure(" in source for source in sources):
             continue
-        if with_slider and not any(SLIDER_CALL.search(source) for source in sources):
+        if with_slider and not (any(NUMERIC_SETTING.search(r) for r in reprs)
+                                or any(SLIDER_CALL.search(source) for source in sources)):
             continue
         found.append(path)
     return found
