@@ -30,6 +30,8 @@ def test_the_notebook_offers_two_exercises_to_write_and_a_spot_the_bug():
     lambda s: F.softmax(s, dim=-1),
     lambda s: s.softmax(dim=-1),
     lambda s: torch.special.softmax(s, dim=-1),
+    lambda s: helpers.softmax_stable(s),
+    lambda s: helpers.attention.softmax_stable(s),
 ])
 def test_stable_softmax_rejects_every_softmax_call(call):
     feedback = lesson02.stable_softmax.check(call)
@@ -57,22 +59,57 @@ def test_stable_softmax_cannot_be_copied_from_a_printed_source():
         assert shift not in code, "the lesson's cells would show exercise 1's row-wise shift"
 
 
+def _weights(q, k):
+    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-1)
+
+
 def test_scaled_attention_accepts_batched_forms_written_by_hand():
     def with_einsum(q, k, v):
         weights = torch.einsum("...id,...jd->...ij", q, k).div(math.sqrt(k.shape[-1])).softmax(dim=-1)
-        return weights @ v
+        return torch.einsum("...ij,...jd->...id", weights, v), weights
 
     def with_mT_and_rsqrt(q, k, v):
-        return torch.softmax(q @ k.mT * k.shape[-1] ** -0.5, dim=-1) @ v
+        weights = torch.softmax(q @ k.mT * k.shape[-1] ** -0.5, dim=-1)
+        return (weights @ v, weights)
 
     assert lesson02.scaled_attention.check(with_einsum).passed
     assert lesson02.scaled_attention.check(with_mT_and_rsqrt).passed
 
 
+def test_scaled_attention_checks_both_results_and_their_packing():
+    def context_only(q, k, v):
+        return _weights(q, k) @ v
+
+    def as_list(q, k, v):
+        return [_weights(q, k) @ v, _weights(q, k)]
+
+    def weights_first(q, k, v):
+        return _weights(q, k), _weights(q, k) @ v
+
+    def scores_for_weights(q, k, v):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
+        return torch.softmax(scores, dim=-1) @ v, scores
+
+    def weights_over_the_queries(q, k, v):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-2)
+        return weights @ v, weights
+
+    feedback = lesson02.scaled_attention.check(context_only)
+    assert not feedback and "only the context vectors" in feedback.message
+    feedback = lesson02.scaled_attention.check(as_list)
+    assert not feedback and "tuple" in feedback.message
+    feedback = lesson02.scaled_attention.check(weights_first)
+    assert not feedback and "weights first" in feedback.message
+    feedback = lesson02.scaled_attention.check(scores_for_weights)
+    assert not feedback and "scores, not the weights" in feedback.message
+    feedback = lesson02.scaled_attention.check(weights_over_the_queries)
+    assert not feedback and "dim=-2" in feedback.message
+
+
 @pytest.mark.parametrize("library", [
-    lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
-    lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v)[0],
-    lambda q, k, v: helpers.attention.scaled_dot_product_attention(q, k, v)[0],
+    lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), _weights(q, k)),
+    lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v),
+    lambda q, k, v: helpers.attention.scaled_dot_product_attention(q, k, v),
 ])
 def test_scaled_attention_forbids_library_attention(library):
     feedback = lesson02.scaled_attention.check(library)
@@ -86,7 +123,8 @@ def test_scaled_attention_tries_different_numbers_of_queries_and_keys():
     assert any(q.dim() == 4 for q, _, _ in (c.args for c in cases))
 
     def with_plain_transpose(q, k, v):  # right for one sequence, an error for a batch
-        return torch.softmax(q @ k.transpose(0, 1) / math.sqrt(k.shape[-1]), dim=-1) @ v
+        weights = torch.softmax(q @ k.transpose(0, 1) / math.sqrt(k.shape[-1]), dim=-1)
+        return weights @ v, weights
 
     feedback = lesson02.scaled_attention.check(with_plain_transpose)
     assert not feedback and "raised" in feedback.message
@@ -131,3 +169,17 @@ def test_hints_are_nudges_not_answers(capsys):
                    "attn_weights @", "sqrt(keys.shape[-1])", "attn_scores / temperature", "scores / temperature",
                    "cancels"):
         assert answer not in shown, answer
+
+
+def test_the_notebook_states_only_what_is_checked():
+    """Exercise texts speak of built-in softmax / library attention (both forbidden by a rule), not checker internals."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert "without any built-in softmax" in text and "without any library attention function" in text
+    assert "watches" not in text and "the checker rejects" not in text
+    rules = {name: getattr(lesson02, name).rules for name in ("stable_softmax", "scaled_attention")}
+    assert "helpers.softmax_stable" in rules["stable_softmax"][0].watch
+    assert "torch.nn.functional.scaled_dot_product_attention" in rules["scaled_attention"][0].watch
+    # Exercise 3 asks why, and does not state the fix.
+    exercise_3 = text[text.index("### Exercise 3"):]
+    assert "/ temperature" not in exercise_3 and "s_i / \\tau" not in exercise_3 and "why?" in exercise_3

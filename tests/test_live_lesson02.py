@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import helpers
-from helpers.live.lesson02 import SCALED, UNSCALED, demo_inputs, demo_weights, scaling_explorer, scores_and_weights
+from helpers.live.lesson02 import (SCALED, UNSCALED, demo_inputs, demo_weights, explorer_title, scaling_explorer,
+                                   scores_and_weights)
 
 
 def _shown(explorer) -> torch.Tensor:
@@ -85,11 +86,33 @@ def test_explorer_opens_at_the_setting_it_is_given():
     explorer = scaling_explorer(d_k=1024, scaled=False)
     assert repr(explorer) == "LiveFigure(d_k=1024, scaling='no scaling', temperature=1.0)"
     torch.testing.assert_close(_shown(explorer), demo_weights(1024, False, 1.0))
-    assert "softmax($S / \\tau$)" in explorer.heatmap.ax.title.get_text()
+    title = explorer.heatmap.ax.title.get_text()
+    assert title.startswith("no scaling:") and "\\sqrt{d_k}" not in title and "$d_k$ = 1024" in title
     assert _shown(explorer).max(dim=-1).values.min() > 0.85  # the stored picture shows the saturation
     cold = scaling_explorer(d_k=64, scaled=True, temperature=0.3)
     assert cold.controls["temperature"].value == pytest.approx(0.3)
     torch.testing.assert_close(_shown(cold), demo_weights(64, True, 0.3))
+
+
+def test_explorer_titles_write_the_formula_it_draws_and_axes_name_i_and_j():
+    """The demo vectors are random, not tokens: axes say query i / key j; the title says whether scaling is on."""
+    explorer = scaling_explorer(d_k=64, scaled=True, temperature=0.5)
+    title = explorer.heatmap.ax.title.get_text()
+    assert title == explorer_title(64, True, 0.5)
+    assert "q_i \\cdot k_j" in title and "\\sqrt{d_k}" in title and "\\tau" in title and "no scaling" not in title
+    assert "$S" not in title  # S is the course's name for X X^T of the token example, not these random scores
+    explorer.controls["scaling"].value = UNSCALED
+    assert explorer.heatmap.ax.title.get_text().startswith("no scaling:")
+    assert explorer.heatmap.ax.get_ylabel() == "query $i$" and explorer.heatmap.ax.get_xlabel() == "key $j$"
+    assert explorer.query_bars.ax.get_xlabel() == "key $j$"
+    assert "token" not in explorer.heatmap.ax.get_ylabel() + explorer.heatmap.ax.get_xlabel()
+
+
+def test_the_course_softmax_helper_gives_the_shifted_weights():
+    """Section 2 computes the shifted weights by hand; the course's helper (forbidden in exercise 1) agrees."""
+    large_scores = torch.tensor([1000.0, 1001.0, 1002.0])
+    shifted = torch.exp(large_scores - large_scores.max())
+    torch.testing.assert_close(helpers.softmax_stable(large_scores), shifted / shifted.sum())
 
 
 def test_the_numbers_the_lesson_quotes():
@@ -110,8 +133,9 @@ def test_worked_examples_give_the_quoted_values():
     torch.testing.assert_close(scores, torch.tensor([0.7842, 1.3569, 1.2487]), atol=1e-4, rtol=0)
     torch.testing.assert_close(weights, torch.tensor([0.2291, 0.4063, 0.3646]), atol=1e-4, rtol=0)
     torch.testing.assert_close(context, torch.tensor([0.3990, 0.3854, 0.8610]), atol=1e-4, rtol=0)
-    # The aside: from the four-decimal weights, the second component is 0.3854, and rounding the weights cannot
-    # move it by 0.0004 (each weight is off by at most 0.00005, the components add up to 1.1).
+    # The deep dive "checking z_1 by hand": from the four-decimal weights, the second component is 0.3854, and
+    # rounding the weights moves it by less than 0.0001 (each weight is off by at most 0.00005, the components add
+    # up to 1.1).
     by_hand = 0.2291 * 0.22 + 0.4063 * 0.34 + 0.3646 * 0.54
     assert round(by_hand, 4) == 0.3854 and 0.00005 * (0.22 + 0.34 + 0.54) < 0.0001
     # Raschka (2024), chapter 3: "journey" as the query.
@@ -125,6 +149,9 @@ def test_worked_examples_give_the_quoted_values():
     torch.testing.assert_close(journey_weights @ inputs, torch.tensor([0.4419, 0.6515, 0.5683]), atol=1e-4, rtol=0)
     all_weights = torch.softmax(inputs @ inputs.T, dim=-1)
     assert 0.098 < all_weights.min() < 0.099 and 0.23 < all_weights.max() < 0.24
+    # "All six context vectors are close to [0.44, 0.63, 0.56] (no entry is more than 0.04 away)."
+    all_context = all_weights @ inputs
+    assert (all_context - torch.tensor([0.44, 0.63, 0.56])).abs().max() < 0.04
 
 
 def test_retrieval_diagram_writes_the_context_vector():
@@ -138,3 +165,34 @@ def test_retrieval_diagram_writes_the_context_vector():
     assert {"0.40", "0.39", "0.86"} <= set(texts)
     with pytest.raises(ValueError, match="one per component"):
         retrieval_diagram(tokens, 1, inputs=inputs, context=torch.zeros(2))
+
+
+def test_retrieval_diagram_of_notebook_02_is_readable():
+    """Larger text at notebook width (numbers still inside their cells), and the "compare" arrow ends at the labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import FancyArrowPatch
+
+    from helpers.diagrams.retrieval import retrieval_diagram
+
+    tokens, inputs = helpers.hello_shiny_sun()
+    weights = torch.softmax(inputs @ inputs[1], dim=0)
+    plain = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
+                              context=weights @ inputs)
+    fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
+                            context=weights @ inputs, text_scale=1.2)
+    assert fig.get_figwidth() <= 12 and fig.get_figwidth() == plain.get_figwidth()
+    ax = fig.axes[0]
+    numbers = [t for t in ax.texts if t.get_text() == "0.34"]
+    assert min(t.get_fontsize() for t in numbers) >= 11.5
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    to_data = ax.transData.inverted()
+    for text in numbers:  # each number stays inside its one-unit cell
+        (x0, _), (x1, _) = to_data.transform(text.get_window_extent(renderer))
+        assert x1 - x0 < 0.95
+    labels = [t for t in ax.texts if t.get_ha() == "right"]
+    left_of_labels = min(to_data.transform(t.get_window_extent(renderer))[0, 0] for t in labels)
+    compare = [p for p in ax.patches if isinstance(p, FancyArrowPatch)][0]
+    arrow_end = max(x for x, _ in compare._posA_posB)
+    assert 0 < left_of_labels - arrow_end < 0.4, "the arrow stops right before the token labels"
+    with pytest.raises(ValueError, match="text_scale"):
+        retrieval_diagram(tokens, 1, text_scale=5)

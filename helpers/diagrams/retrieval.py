@@ -41,9 +41,20 @@ def _cells(matrix: torch.Tensor) -> list[list[str]]:
     return [[f"{float(v):.2f}" for v in row] for row in matrix]
 
 
+def _left_of_texts(ax, default: float) -> float:
+    """The left edge (in cell units) of the texts drawn so far that are right-aligned: the token labels."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    to_data = ax.transData.inverted()
+    lefts = [to_data.transform(text.get_window_extent(renderer))[:, 0].min()
+             for text in ax.texts if text.get_ha() == "right"]
+    return min(lefts) if lefts else default
+
+
 def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | None = None, d_v: int | None = None,
                       scores=None, weights=None, inputs=None, upto: str = "context",
-                      built: str | None = None, context=None) -> CourseFigure:
+                      built: str | None = None, context=None, text_scale: float = 1.0) -> CourseFigure:
     """The look-up for query token ``query_index``: ``q_i`` against keys ``K``, scores ``s_i``, weights ``a_i``,
     values ``V`` and the context vector ``z_i``.
 
@@ -57,6 +68,7 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
         upto: ``"scores"`` stops after the scores, ``"context"`` draws the whole look-up.
         built: ``"scores"`` frames the query, keys and scores as the part built now and greys out the rest.
         context: optional ``(d_v,)`` numbers written into the context vector's cells.
+        text_scale: size of every text (names, shapes, numbers in the cells, labels) relative to the default.
     """
     tokens = list(tokens)
     num_tokens = len(tokens)
@@ -79,6 +91,9 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
     for name, width in (("d_k", d_k), ("d_v", d_v)):
         if not isinstance(width, int) or width < 1:
             raise ValueError(f"{name} must be a positive int, got {width!r}")
+    if not 0.5 <= text_scale <= 2.0:
+        raise ValueError(f"text_scale must be between 0.5 and 2, got {text_scale!r}")
+    font = FONT * text_scale
     i = query_index
     top = 2.2 if built else 1.6                 # room for the names (and the frame's caption) above the grids
     middle = top + num_tokens / 2               # vertical centre of the keys
@@ -89,34 +104,36 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
     context_x = values_x + d_v + 3.0
     width = (scores_x + 2.0) if upto == "scores" else (context_x + d_v + 0.4)
     fig, ax = diagram_canvas(width, top + num_tokens + 1.6, inches_per_unit=0.42)
-    small = FONT * 0.85
+    small = font * 0.85
 
     tensor_grid(ax, query_x, middle - 0.5, 1, d_k, color=PALETTE["queries"], name=f"query $q_{{{i}}}$",
-                shape_text=f"'{tokens[i]}'", fontsize=FONT,
+                shape_text=f"'{tokens[i]}'", fontsize=font,
                 values=None if inputs is None else _cells(inputs[i:i + 1]))
     tensor_grid(ax, keys_x, top, num_tokens, d_k, color=PALETTE["keys"], name="keys $K$",
-                shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$", fontsize=FONT,
+                shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$", fontsize=font,
                 values=None if inputs is None else _cells(inputs))
     ax.add_patch(Rectangle((keys_x, top + i), d_k, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2.2))
     for j, token in enumerate(tokens):
         label(ax, keys_x - 0.25, top + j + 0.5, f"{j} {token}", ha="right", fontsize=small,
               color=HIGHLIGHT if j == i else "black")
-    arrow(ax, (query_x + d_k, middle), (keys_x - 2.9, middle), "compare", fontsize=small)
+    # The arrow ends just before the longest token label, whatever its length, not in the empty space before it.
+    arrow_end = max(_left_of_texts(ax, keys_x - 2.9) - 0.15, query_x + d_k + 1.0)
+    arrow(ax, (query_x + d_k, middle), (arrow_end, middle), "compare", fontsize=small)
     tensor_grid(ax, scores_x, top, num_tokens, 1, color=PALETTE["scores"], name=f"$s_{{{i}j}}$",
-                shape_text="scores", values=_column(scores, num_tokens), fontsize=FONT)
+                shape_text="scores", values=_column(scores, num_tokens), fontsize=font)
     arrow(ax, (keys_x + d_k, middle), (scores_x, middle), f"$q_{{{i}}} \\cdot k_j$", fontsize=small)
     if upto == "context":
         tensor_grid(ax, weights_x, top, num_tokens, 1, color=PALETTE["weights"], name=f"$a_{{{i}j}}$",
-                    shape_text="weights", values=_column(weights, num_tokens), fontsize=FONT)
+                    shape_text="weights", values=_column(weights, num_tokens), fontsize=font)
         arrow(ax, (scores_x + 1, middle), (weights_x, middle), "softmax", fontsize=small)
         tensor_grid(ax, values_x, top, num_tokens, d_v, color=PALETTE["values"], name="values $V$",
-                    shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$", fontsize=FONT,
+                    shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$", fontsize=font,
                     values=None if inputs is None else _cells(inputs))
         for j in range(num_tokens):
-            label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=FONT)
+            label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=font)
         greyed = built == "scores"  # drawn faded: its formula goes above the veil below, large and dark
         tensor_grid(ax, context_x, middle - 0.5, 1, d_v, color=PALETTE["context"], name=f"context $z_{{{i}}}$",
-                    shape_text="" if greyed else f"$\\sum_j a_{{{i}j}} v_j$", fontsize=FONT,
+                    shape_text="" if greyed else f"$\\sum_j a_{{{i}j}} v_j$", fontsize=font,
                     values=None if context is None else _row(context, d_v))
         arrow(ax, (values_x + d_v, middle), (context_x, middle), "add up", fontsize=small)
     if built == "scores":
@@ -128,7 +145,7 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
             ax.add_patch(Rectangle((right + 0.1, 0.0), width - right, top + num_tokens + 1.6, facecolor="white",
                                    edgecolor="none", alpha=0.4, zorder=5))
             label(ax, right + 0.5, 0.55, "notebook 02: weights and the blend of the values", ha="left",
-                  fontsize=FONT * 0.9, color=GREYED, zorder=6)
+                  fontsize=font * 0.9, color=GREYED, zorder=6)
             label(ax, context_x + d_v / 2, middle + 0.85, f"$z_{{{i}}} = \\sum_j \\, a_{{{i}j}} \\, v_j$", va="top",
-                  fontsize=FONT * 1.1, color=GREYED, zorder=6)
+                  fontsize=font * 1.1, color=GREYED, zorder=6)
     return fig

@@ -34,7 +34,8 @@ def _solution_stable_softmax(scores):
 stable_softmax = FunctionExercise(
     "Stable softmax",
     "write stable_softmax(scores) that normalises the last dimension of `scores` (any shape) with softmax, "
-    "without overflowing for large scores and without calling torch.softmax.",
+    "without overflowing for large scores and without calling any built-in softmax (torch.softmax and its "
+    "relatives, helpers.softmax_stable).",
     reference=softmax_stable,
     cases=_softmax_cases,
     hint=["Which number in a row makes exp overflow? What happens to a row's softmax if you subtract the same "
@@ -42,6 +43,7 @@ stable_softmax = FunctionExercise(
           "Each row needs its own number, and it must broadcast back against the row: look at keepdim."],
     solution=_solution_stable_softmax,
     rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
+                   "helpers.softmax_stable", "helpers.attention.softmax_stable",
                    why="Write the exponentials and the sum yourself.")],
     mistakes=[
         Mistake(lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True),
@@ -75,26 +77,40 @@ def _attention_cases(g: torch.Generator) -> list[Case]:
 
 def _solution_scaled_attention(queries, keys, values):
     d_k = keys.shape[-1]
-    attn_scores = queries @ keys.transpose(-2, -1)                 # (..., Tq, d_k) @ (..., d_k, Tk) -> (..., Tq, Tk)
-    attn_weights = torch.softmax(attn_scores / math.sqrt(d_k), dim=-1)
-    return attn_weights @ values                                  # (..., Tq, Tk) @ (..., Tk, d_v) -> (..., Tq, d_v)
+    attn_scores = queries @ keys.transpose(-2, -1)        # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    attn_weights = torch.softmax(attn_scores / math.sqrt(d_k), dim=-1)  # (..., T_q, T_k), rows sum to 1
+    context_vecs = attn_weights @ values                  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
+    return context_vecs, attn_weights
 
 
 def _softmax_attention(queries, keys, values, scale):
-    return torch.softmax(queries @ keys.transpose(-2, -1) * scale, dim=-1) @ values
+    attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) * scale, dim=-1)
+    return attn_weights @ values, attn_weights
+
+
+def _scores_as_weights(queries, keys, values):
+    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])
+    return torch.softmax(attn_scores, dim=-1) @ values, attn_scores
+
+
+def _weights_over_queries(queries, keys, values):
+    attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1]), dim=-2)
+    return attn_weights @ values, attn_weights
 
 
 scaled_attention = FunctionExercise(
     "Scaled dot-product attention",
-    "write scaled_attention(queries, keys, values) = softmax(Q Kᵀ / sqrt(d_k)) V for queries (..., num_queries, "
-    "d_k), keys (..., num_keys, d_k) and values (..., num_keys, d_v), with any batch dimensions in front, returning "
-    "the context vectors (..., num_queries, d_v), without calling a library's attention function.",
-    reference=lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
+    "write scaled_attention(queries, keys, values) for queries (..., T_q, d_k), keys (..., T_k, d_k) and values "
+    "(..., T_k, d_v), with any batch dimensions in front, returning the pair (context_vecs, attn_weights): "
+    "Z = softmax(Q Kᵀ / sqrt(d_k)) V and the weights A it used, without calling a library's attention function.",
+    reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
     cases=_attention_cases,
     hint=["Write the shape of every step, with the batch dimensions as `...`. Which dimension of the keys is "
           "d_k, and which two dimensions must a transpose swap so that it still works with a batch in front?",
           "The scale is a number computed from the width of the keys: not from the number of queries or keys, "
-          "and not from the width of the values."],
+          "and not from the width of the values.",
+          "Before you run it, say which shape each of the two results must have, for 4 queries and 3 keys: one "
+          "of them has a row per query and a column per key."],
     solution=_solution_scaled_attention,
     rules=[forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
                    "helpers.attention.scaled_dot_product_attention",
@@ -114,9 +130,18 @@ scaled_attention = FunctionExercise(
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / math.sqrt(v.shape[-1])),
                 "you scaled by the width of the values, d_v. The scores are dot products of queries and keys: "
                 "their spread grows with d_k, the width of the keys."),
-        Mistake(lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-2) @ v,
+        Mistake(_weights_over_queries,
                 "your softmax normalises over the queries (dim=-2). Each query's weights over the keys must sum "
                 "to 1: softmax over the last dimension."),
+        Mistake(_scores_as_weights,
+                "the context vectors are right, but the second result is the scaled scores, not the weights: "
+                "return what the softmax made of them (each row sums to 1)."),
+        Mistake(lambda q, k, v: _solution_scaled_attention(q, k, v)[0],
+                "you returned only the context vectors. Return the pair (context_vecs, attn_weights): the "
+                "weights are what a picture of attention shows."),
+        Mistake(lambda q, k, v: tuple(reversed(_solution_scaled_attention(q, k, v))),
+                "you returned the weights first. Return (context_vecs, attn_weights), in that order, as "
+                "helpers.scaled_dot_product_attention does."),
     ],
 )
 
@@ -149,15 +174,16 @@ def _exp_without_shift(s, t):
 
 weights_at_temperature = SpotTheBug(
     "Spot the bug: weights at a temperature",
-    "weights_at_temperature(attn_scores, temperature) should return softmax(attn_scores / temperature) over the "
-    "last dimension (any shape, large scores included). The code below runs and each row of its answer sums to "
-    "1, yet the answer is wrong.",
+    "weights_at_temperature(attn_scores, temperature) should turn scores into weights over the last dimension "
+    "(any shape, large scores included) at a temperature, as section 4 describes: a small temperature sharpens "
+    "each row, a large one flattens it. The code below runs and each row of its answer sums to 1, yet the answer "
+    "is wrong. Why?",
     reference=lambda s, t: softmax_stable(s / t),
     cases=_temperature_cases,
-    hint=["Run the buggy code on one row of scores at temperatures 0.1, 1 and 10. Section 4 says what a small "
-          "and a large temperature should do to the weights. Do they?",
-          "Follow the temperature through the three lines. What becomes of a number that multiplies every "
-          "weight of a row, once the row is divided by its own sum?"],
+    hint=["Follow the temperature through the three lines. What becomes of a number that multiplies every "
+          "weight of a row, once the row is divided by its own sum?",
+          "Softmax turns the differences between scores into the differences between weights. Where must a "
+          "temperature act so that it can widen or narrow those differences?"],
     solution=_solution_weights_at_temperature,
     buggy=buggy_weights_at_temperature,
     bug_message="your weights do not depend on the temperature at all: dividing every weight of a row by the "

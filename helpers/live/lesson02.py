@@ -16,7 +16,8 @@ import torch
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
 from ..widgets import LiveFigure, choice, float_slider, steps_slider
 
-__all__ = ["SCALED", "UNSCALED", "scores_and_weights", "demo_inputs", "demo_weights", "scaling_explorer"]
+__all__ = ["SCALED", "UNSCALED", "scores_and_weights", "demo_inputs", "demo_weights", "explorer_title",
+           "scaling_explorer"]
 
 SCALED, UNSCALED = "divide by √d_k", "no scaling"
 MAX_D_K, NUM_DEMO_TOKENS = 1024, 6
@@ -55,6 +56,15 @@ def demo_weights(d_k: int, scaled: bool = True, temperature: float = 1.0,
     return torch.softmax(attn_scores / temperature, dim=-1)           # (T, T), rows sum to 1
 
 
+def explorer_title(d_k: int, scaled: bool, temperature: float) -> str:
+    """The formula the heatmap shows, with the scaling written in (or said to be off), and the settings."""
+    if scaled:
+        formula = "$a_{ij}$ = softmax$_j(q_i \\cdot k_j \\,/\\, (\\sqrt{d_k}\\,\\tau))$"
+    else:
+        formula = "no scaling: $a_{ij}$ = softmax$_j(q_i \\cdot k_j \\,/\\, \\tau)$"
+    return f"{formula}\n$d_k$ = {d_k}, τ = {temperature:.1f}"
+
+
 def scaling_explorer(d_k: int = 64, scaled: bool = True, temperature: float = 1.0) -> LiveFigure:
     """Query 0's weights (bars) and all six queries' weights (heatmap, fixed 0..1), with controls for ``d_k``
     (1 .. 1024), the scaling and the temperature ``tau`` (0.1 .. 5), opening at the values given. Carries its
@@ -64,17 +74,17 @@ def scaling_explorer(d_k: int = 64, scaled: bool = True, temperature: float = 1.
     key_labels = [f"key {j}" for j in range(NUM_DEMO_TOKENS)]
     first = demo_weights(d_k, scaled, temperature, inputs)
     fig = new_figure(10, 4.0, ncols=2)
-    query_bars = Bars(fig.axes[0], first[0], key_labels, ylim=(0, 1.1), annotate=True,
+    # The demo vectors are random, not tokens: the axes name the query i and the key j.
+    query_bars = Bars(fig.axes[0], first[0], key_labels, ylim=(0, 1.1), annotate=True, xlabel="key $j$",
                       reference=1 / NUM_DEMO_TOKENS,  # dashed: what uniform weights would be
                       ylabel="attention weight $a_{0j}$", title="Query 0 (row 0 of the heatmap); dashed: uniform 1/6")
-    heatmap = Heatmap(fig.axes[1], first, query_labels, key_labels, vmin=0.0, vmax=1.0,
-                      colorbar_label="attention weight")
+    heatmap = Heatmap(fig.axes[1], first, query_labels, key_labels, vmin=0.0, vmax=1.0, xlabel="key $j$",
+                      ylabel="query $i$", colorbar_label="attention weight")
 
     def redraw(d_k: int, scaling: str, temperature: float) -> None:
         weights = demo_weights(d_k, scaling == SCALED, temperature, inputs)  # (T, T)
         query_bars.update(weights[0])
-        divided = "S / (\\sqrt{d_k}\\,\\tau)" if scaling == SCALED else "S / \\tau"
-        heatmap.update(weights, title=f"$A$ = softmax(${divided}$), $d_k$ = {d_k}, τ = {temperature:.1f}")
+        heatmap.update(weights, title=explorer_title(d_k, scaling == SCALED, temperature))
 
     explorer = LiveFigure(fig, redraw, {
         "d_k": steps_slider("d_k", [2 ** power for power in range(11)], d_k),  # 1, 2, 4, ..., 1024
