@@ -161,6 +161,14 @@ class _ProbeRecord:
             self.snapshots.append(probe_weights.cpu().clone())
 
 
+def _seeded(attention_cls: type[nn.Module], d_in: int, d_out: int, seed: int) -> nn.Module:
+    """``attention_cls(d_in, d_out)`` built under ``torch.manual_seed(seed)``; the caller's random stream is left
+    alone."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return attention_cls(d_in, d_out)
+
+
 def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = SelfAttention_v2, *,
                     num_steps: int = 200, batch_size: int = 64, lr: float = 0.02, seed: int = 123,
                     snapshot_every: int = 5, device: torch.device | str | None = None) -> TrainingRun:
@@ -191,12 +199,10 @@ def train_attention(task: PreviousTokenTask, attention_cls: type[nn.Module] = Se
         raise ValueError(f"lr must be positive, got {lr!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
-    vocab_size = len(task.vocab)
     device = torch.device("cpu") if device is None else torch.device(device)
     probe = _ProbeRecord(task, device, num_steps, snapshot_every)
-    with torch.random.fork_rng(devices=[]):                # the caller's random stream is left alone
-        torch.manual_seed(seed)                            # seed fixes the initial weights ...
-        model = attention_cls(task.d_in, vocab_size).to(device)
+    vocab_size = len(task.vocab)                           # one logit per word
+    model = _seeded(attention_cls, task.d_in, vocab_size, seed).to(device)  # seed fixes the initial weights ...
     generator = torch.Generator().manual_seed(seed)        # ... and the batches
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
     probe.record(model, step=0)                            # the probe's weights before training

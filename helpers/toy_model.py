@@ -247,7 +247,7 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
 
     Every ``checkpoint_every`` steps (and at 0 and ``num_steps``) it records the
     attention weights and predictions on ``watch_ids`` ``(N, T)`` and the accuracy
-    on ``test_ids`` ``(M, T)``. Reproducible: the model is initialised under
+    on ``test_ids`` ``(num_test, T)``. Reproducible: the model is initialised under
     ``torch.manual_seed(seed)`` inside a forked random state (the caller's global
     generator is untouched), batches come from a ``torch.Generator`` seeded with
     ``seed``. Both are drawn on the CPU and then moved to ``device`` (default: the CPU), so the run starts
@@ -289,7 +289,7 @@ def _train(task, watch_ids, test_ids, num_steps, batch_size, lr, d_model, num_he
     watch_ids, test_ids = watch_ids.to(device), test_ids.to(device)
     optimizer = optimizer_class(model.parameters(), lr=lr)
     generator = torch.Generator().manual_seed(seed)
-    test_targets = task.targets(test_ids)  # (M, T)
+    test_targets = task.targets(test_ids)  # (num_test, T)
     steps, weights, predictions, accuracies, losses = [], [], [], [], []
     for step in range(num_steps + 1):
         if step % checkpoint_every == 0 or step == num_steps:

@@ -139,40 +139,65 @@ def test_the_ceiling_is_an_expectation_the_model_meets_and_its_score_is_luck_of_
     assert float(scores.max()) > blind.accuracies[-1]   # other orders score higher still
 
 
-@pytest.mark.parametrize("answer", [
-    lambda source: torch.eye(len(source))[source],
-    lambda source: torch.nn.functional.one_hot(source, len(source)).float(),
-    lambda source: torch.zeros(len(source), len(source)).scatter(1, source.unsqueeze(1), 1.0),
-    lambda source: torch.eye(len(source))[:, source].T,
-    lambda source: (source.unsqueeze(1) == torch.arange(len(source))).long(),
+def _forward_by_position_ids(model, token_ids):
+    positions = torch.arange(token_ids.shape[1])                                 # (T,)
+    x = model.token_embedding(token_ids) + model.position_embedding(positions)   # (B, T, d_model)
+    return model.unembed(model.attention(x))
+
+
+def _forward_with_weights(model, token_ids):
+    x = model.token_embedding(token_ids) + model.position_embedding.weight.unsqueeze(0)
+    context_vecs, _ = model.attention(x, return_weights=True)
+    return model.unembed(context_vecs)
+
+
+@pytest.mark.parametrize("answer", [_forward_by_position_ids, _forward_with_weights])
+def test_positions_forward_accepts_every_right_form(answer):
+    assert lesson08.positions_forward.check(answer).passed
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lesson08.buggy_forward, "AFTER the attention"),
+    (lambda m, t: m.unembed(m.attention(m.token_embedding(t))), "no position vectors"),
+    (lambda m, t: m.unembed(m.attention(m.token_embedding(t) + m.position_embedding.weight)
+                            + m.position_embedding.weight), "twice"),
+    (lambda m, t: m(t), "not to call"),
+    (lambda m, t: m.forward(t), "not to call"),
 ])
-def test_ideal_weights_accepts_every_right_form(answer):
-    assert lesson08.ideal_weights.check(answer).passed
+def test_positions_forward_names_each_mistake(wrong, words):
+    feedback = lesson08.positions_forward.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-def test_ideal_weights_names_the_transpose_and_the_fixed_anti_diagonal():
-    feedback = lesson08.ideal_weights.check(lesson08.buggy_ideal)
-    assert feedback.status == "wrong" and "transposed" in feedback.message and "rotation by 3" in feedback.message
-    feedback = lesson08.ideal_weights.check(lambda source: torch.eye(len(source)).flip(0))
-    assert feedback.status == "wrong" and "whatever the task" in feedback.message
-    feedback = lesson08.ideal_weights.check(lambda source: torch.eye(len(source))[source].bool())
-    assert feedback.status == "wrong" and "dtype" in feedback.message
+def _train_through(forward, monkeypatch, use_positions=True):
+    from helpers.toy_model import AttentionOnlyModel, FetchTask, train_toy_model
+
+    def patched(self, token_ids, return_weights=False):
+        logits = forward(self, token_ids)
+        return (logits, self.attention(self.token_embedding(token_ids), return_weights=True)[1]) \
+            if return_weights else logits
+    monkeypatch.setattr(AttentionOnlyModel, "forward", patched)
+    task = FetchTask.reversal(num_tokens=8, vocab_size=10)
+    watch_ids = task.sample(8, torch.Generator().manual_seed(1))
+    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
+    return train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
+                           checkpoint_every=50, use_positions=use_positions)
 
 
-def test_the_bug_hides_on_reversal_and_shows_on_rotation():
-    """What the exercise claims: the buggy code equals task.ideal_pattern() for reversal, not for a rotation."""
-    from helpers.toy_model import FetchTask
-
-    for task, same in ((FetchTask.reversal(num_tokens=8), True), (FetchTask.rotation(num_tokens=8, offset=3), False)):
-        buggy = lesson08.buggy_ideal(task.source_positions())
-        assert torch.equal(buggy, task.ideal_pattern()) == same
-        assert torch.equal(lesson08.ideal_weights._solution(task.source_positions()), task.ideal_pattern())
+def test_the_buggy_forward_stalls_at_a_third_and_the_fix_learns(monkeypatch):
+    """What the exercise claims: trained through the buggy forward, the model stalls at about a third on reversal,
+    like section 6's model without positions; the fixed forward is the lesson's model and learns the task."""
+    buggy = _train_through(lesson08.buggy_forward, monkeypatch)
+    assert 0.30 < buggy.accuracies[-1] < 0.34
+    fixed = _train_through(lesson08.positions_forward._solution, monkeypatch)
+    assert fixed.accuracies[-1] > 0.99
 
 
 @pytest.mark.parametrize("name, answer_words", [
     ("lock_steps", ["cumprod", "cummin", "flip(", "argmax", "torch.where"]),
     ("blind_ceiling", ["T - 1", "one_hot", "max(", "num_tokens - 1"]),
-    ("ideal_weights", ["arange", "eye(", "one_hot", "[i, source", "torch.arange(num_tokens), source", ".T"]),
+    ("positions_forward", ["before the attention", "BEFORE", "x = x +", "position_embedding.weight", "after the",
+                           "move", "swap"]),
 ])
 def test_hints_are_nudges_not_answers(name, answer_words):
     hints = " ".join(getattr(lesson08, name)._hints)
@@ -184,4 +209,4 @@ def test_there_is_a_non_spot_the_bug_exercise_and_one_spot_the_bug():
     exercises = [getattr(lesson08, name) for name in lesson08.__all__]
     kinds = [type(e).__name__ for e in exercises]
     assert kinds.count("SpotTheBug") == 1 and kinds.count("FunctionExercise") == 2
-    assert "softmax" not in lesson08.ideal_weights.task  # not another softmax-dimension bug
+    assert "softmax" not in lesson08.positions_forward.task  # not another softmax-dimension bug

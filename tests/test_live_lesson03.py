@@ -15,8 +15,10 @@ from torch import nn
 
 import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
-from helpers.live.lesson03 import (init_side_by_side, init_stats, init_table, saturation, saturation_table,
-                                   training_explorer, weights_side_by_side)
+from helpers.live.lesson03 import (init_side_by_side, init_stats, init_table, reverse_all_dims, saturation,
+                                   saturation_table, steps_table, train_inits, training_explorer,
+                                   weights_side_by_side)
+from helpers.source import source_excerpt
 from helpers.plotting import figure_to_png
 
 NOTEBOOK = Path(__file__).parents[1] / "notebooks" / "03_trainable_qkv.ipynb"
@@ -250,3 +252,32 @@ def test_saturation_explains_the_stall(task):
 def test_init_helpers_reject_bad_input(call, error):
     with pytest.raises(error):
         call()
+
+
+def test_reverse_all_dims_reports_the_shape_and_the_warning():
+    shape, message = reverse_all_dims(torch.zeros(3, 6, 2))
+    assert shape == (2, 6, 3)
+    assert "x.T" in message                                   # the warning's first sentence, or "already shown"
+    assert reverse_all_dims(torch.zeros(3, 6, 2))[1]          # a second call still answers (PyTorch warns once)
+    with pytest.raises(TypeError, match="three or more"):
+        reverse_all_dims(torch.zeros(6, 2))
+
+
+def test_steps_table_prints_one_line_per_seed(task):
+    runs = train_inits(task, INITS, seeds=(0,))
+    assert set(runs) == {("SelfAttention_v1", 0), ("SelfAttention_v2", 0)}
+    header, row = steps_table(runs, INITS, seeds=(0,)).splitlines()
+    assert header.startswith("seed   SelfAttention_v1 (torch.rand)") and "SelfAttention_v2 (nn.Linear)" in header
+    assert row.startswith("   0   never reaches 0.9;") and "0.9 after ~" in row  # v1 stalls, v2 learns
+
+
+def test_the_training_excerpt_the_lesson_prints_is_self_contained():
+    # the lesson prints this span of train_attention: no random-stream plumbing, no name it does not define
+    cell = next("".join(c["source"]) for c in json.loads(NOTEBOOK.read_text())["cells"]
+                if c["cell_type"] == "code" and "show_source(helpers.train_attention" in "".join(c["source"]))
+    excerpt = source_excerpt(helpers.train_attention, start="vocab_size = len", end="losses.append(loss.item())",
+                             skip=(("probe.record(model, step=0)", "probe.record(model, step=0)"),))
+    assert 'start="vocab_size = len"' in cell and 'end="losses.append(loss.item())"' in cell
+    assert "probe" not in excerpt and "fork_rng" not in excerpt and "Generator().manual_seed(seed)" in excerpt
+    body = excerpt.split("TrainingRun:\n", 1)[1]
+    assert body.count("vocab_size = len(task.vocab)") == 1 and len(body.splitlines()) <= 20

@@ -47,7 +47,7 @@ def test_scrubber_shows_the_saved_weights_at_every_setting(reversal):
         pictures.add(bytes(view.image.value))
         locked_counts.append(int((on_mirror[checkpoint, 5] > 0.5).sum()))
     assert len(pictures) == 4, "every setting must change the picture"
-    assert locked_counts == [0, 6, 16]  # the numbers the lesson prints after asking for a prediction
+    assert locked_counts == [0, 6, 16]  # the numbers the lesson prints under the scrubber
     assert repr(view) == "LiveFigure(step=100, example=5)"
 
 
@@ -78,13 +78,18 @@ def test_locking_figure_shows_the_weight_on_the_source_per_row_and_step(reversal
         shown = torch.as_tensor(np.asarray(fig.axes[head].images[0].get_array()))
         torch.testing.assert_close(shown, on_source[:, head].T)
         assert fig.axes[head].images[0].get_clim() == (0.0, 1.0)
-        assert fig.axes[head].get_xlabel() == "training step"
+        # A two-way scale centred at the lock threshold: 0.45 and 0.55 get different hues, 0.5 is white.
+        cmap = fig.axes[head].images[0].get_cmap()
+        low, middle, high = (np.asarray(cmap(v)[:3]) for v in (0.45, 0.5, 0.55))
+        assert (middle > 0.95).all() and low[0] > low[2] and high[2] > high[0]
+        ticks = [int(t.get_text()) for t in fig.axes[head].get_xticklabels()]
+        assert ticks == run.steps   # every checkpoint labelled, 28 and 44 included
+    assert fig.axes[1].get_xlabel() == "training step"
     assert len(fig.axes) == 3  # two panels, one colour bar
     colorbar_ax = fig.axes[2]
     assert [list(line.get_ydata()) for line in colorbar_ax.lines] == [[0.5, 0.5]]   # the lock threshold is marked
     assert "0.5" in colorbar_ax.get_ylabel()
-    ticks = [int(t.get_text()) for t in fig.axes[0].get_xticklabels()]
-    assert ticks[:3] == [0, 8, 16] and ticks[-1] == 96   # a tick every 8 steps
+    assert fig.get_figwidth() <= 12.0
     # What the lesson says about the picture: the two ends pass 0.5 by step 28, before any other row; every row
     # has passed it by step 44.
     crossed = on_source > 0.5                                                  # (S, H, T)

@@ -65,8 +65,8 @@ shapes = FunctionExercise(
     "Choose the shapes",
     "write shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v) returning the shapes of (queries, keys, "
     "values, attn_scores, attn_weights, context_vecs) of cross-attention over a batch: x_q "
-    "(batch_size, num_tokens_q, d_in) asks, x_kv (batch_size, num_tokens_kv, d_in) is looked up. Each shape is a "
-    "tuple such as (2, 4, 5). Not every argument appears in an answer.",
+    "(batch_size, num_tokens_q, d_in) asks, x_kv (batch_size, num_tokens_kv, d_in) is looked up (batch_size is B; "
+    "each sequence has its own T). Each shape is a tuple such as (2, 4, 5). Not every argument appears in an answer.",
     reference=_reference_shapes,
     cases=_shape_cases,
     hint=["Start from the one-sequence self-attention shapes of the lesson. Which of them count the tokens that "
@@ -130,7 +130,8 @@ def _solution_query_key_matrix(W_query, W_key):
 query_key_matrix = FunctionExercise(
     "One matrix behind the scores",
     "write query_key_matrix(W_query, W_key) returning the (d_in, d_in) matrix W_qk for which the scaled scores "
-    "are S / sqrt(d_k) = X W_qk Xᵀ, for every X of shape (num_tokens, d_in).",
+    "are S / sqrt(d_k) = X W_qk Xᵀ, for every X of shape (num_tokens, d_in). W_query and W_key are (d_in, d_k), as "
+    "in SelfAttention_v1, so d_k is W_key.shape[1].",
     reference=_reference_qk,
     cases=_qk_cases,
     hint=["Put Q = X W_q and K = X W_k into S = Q Kᵀ and use the rule for the transpose of a product of two "

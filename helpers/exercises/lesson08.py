@@ -2,7 +2,7 @@
 
 1. read the training record: the step at which each output position locks onto its source;
 2. predict a ceiling: the best accuracy any model without positions can reach on reversal;
-3. spot the bug: an ideal attention pattern that is right for reversal only.
+3. spot the bug: a forward pass that trains no better than a model without positions.
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["lock_steps", "blind_ceiling", "ideal_weights"]
+__all__ = ["lock_steps", "blind_ceiling", "positions_forward"]
 
 
 # --- 1. the step at which each row locks ------------------------------------------------------------------------
@@ -173,51 +173,80 @@ blind_ceiling = FunctionExercise(
 )
 
 
-# --- 3. spot the bug: the ideal pattern transposed ----------------------------------------------------------------
-def _source_cases(g: torch.Generator) -> list[Case]:
-    shuffled = torch.randperm(6, generator=g)
-    return [Case("reversal of 8 tokens, source [7, 6, 5, 4, 3, 2, 1, 0]", (torch.arange(7, -1, -1),)),
-            Case("rotation by 3 of 8 tokens, source [5, 6, 7, 0, 1, 2, 3, 4]", ((torch.arange(8) - 3) % 8,)),
-            Case(f"a shuffle of 6 tokens, source {shuffled.tolist()}", (shuffled,)),
-            Case("4 tokens where outputs 0 and 1 both copy input 2, source [2, 2, 0, 1]",
-                 (torch.tensor([2, 2, 0, 1]),))]
+# --- 3. spot the bug: positions added after the attention --------------------------------------------------------
+def _model(seed: int, num_tokens: int, vocab_size: int, d_model: int, num_heads: int):
+    from ..toy_model import AttentionOnlyModel
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = AttentionOnlyModel(vocab_size, num_tokens, d_model, num_heads).eval()
+        with torch.no_grad():   # position vectors as large as a trained model's, so every mistake shows
+            model.position_embedding.weight.normal_(0.0, 1.0)
+    return model
 
 
-def buggy_ideal(source):
-    # source (T,) long: output position i copies the input token at position source[i]
-    num_tokens = len(source)
-    pattern = torch.zeros(num_tokens, num_tokens)     # (T, T): rows = queries (outputs), columns = keys (inputs)
-    pattern[source, torch.arange(num_tokens)] = 1.0
-    return pattern
+def _model_cases(g: torch.Generator) -> list[Case]:
+    def case(description, batch, num_tokens, vocab_size, d_model, num_heads):
+        model = _model(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), num_tokens, vocab_size, d_model,
+                       num_heads)
+        return Case(description, (model, torch.randint(0, vocab_size, (batch, num_tokens), generator=g)))
+    return [case("the lesson's sizes: 4 sequences of 8 tokens, 10 letters, d_model 32, 2 heads", 4, 8, 10, 32, 2),
+            case("3 sequences of 5 tokens, 6 letters, d_model 12, 3 heads", 3, 5, 6, 12, 3),
+            case("1 sequence of 8 tokens, 10 letters, d_model 16, 1 head", 1, 8, 10, 16, 1)]
 
 
-def _solution_ideal(source):
-    num_tokens = len(source)
-    pattern = torch.zeros(num_tokens, num_tokens)     # (T, T): rows = queries (outputs), columns = keys (inputs)
-    pattern[torch.arange(num_tokens), source] = 1.0   # row i, the query of output i, has its 1 at its source key
-    return pattern
+def _reference_forward(model, token_ids):
+    with torch.no_grad():
+        return model(token_ids)
 
 
-ideal_weights = SpotTheBug(
-    "Spot the bug: an ideal pattern for any fetch task",
-    "ideal_weights(source) should return the ideal attention weights A (num_tokens, num_tokens) of a fetch task, "
-    "rows = output positions (queries), columns = input positions (keys): source (num_tokens,) holds, for each "
-    "output position i, the input position source[i] it copies. For reversal this code gives exactly "
-    "task.ideal_pattern(), yet for a rotation its 1s are not where a trained model's weights go. Find the bug and "
-    "fix it.",
-    reference=lambda source: torch.eye(len(source))[source],
-    cases=_source_cases,
-    hint=["Work out the right pattern for source = [1, 2, 0] by hand: in which column does row 0 have its 1? "
-          "Then run the code above on torch.tensor([1, 2, 0]) and compare.",
-          "Why does the code give the right answer for reversal? Look at the anti-diagonal: what do you get if you "
-          "swap the roles of its rows and columns?"],
-    solution=_solution_ideal,
-    buggy=buggy_ideal,
-    bug_message="the 1 for output i sits in row source[i], column i: the transposed pattern. The anti-diagonal of "
-                "reversal is its own transpose, so the two agree there, but for a rotation they do not. Row i is "
-                "query i (output i); its 1 belongs in the column of its source key.",
+def buggy_forward(model, token_ids):
+    # token_ids (B, T) long -> logits (B, T, vocab_size), from the parts of an AttentionOnlyModel
+    x = model.token_embedding(token_ids)                            # (B, T) -> (B, T, d_model)
+    context_vecs = model.attention(x)                               # (B, T, d_model)
+    context_vecs = context_vecs + model.position_embedding.weight   # (B, T, d_model) + (T, d_model)
+    return model.unembed(context_vecs)                              # (B, T, d_model) -> (B, T, vocab_size)
+
+
+def _solution_forward(model, token_ids):
+    x = model.token_embedding(token_ids)                            # (B, T) -> (B, T, d_model)
+    x = x + model.position_embedding.weight                         # positions BEFORE the scores s_ij
+    context_vecs = model.attention(x)                               # (B, T, d_model)
+    return model.unembed(context_vecs)                              # (B, T, d_model) -> (B, T, vocab_size)
+
+
+def _no_positions(model, token_ids):
+    return model.unembed(model.attention(model.token_embedding(token_ids)))
+
+
+def _positions_twice(model, token_ids):
+    x = model.token_embedding(token_ids) + model.position_embedding.weight
+    return model.unembed(model.attention(x) + model.position_embedding.weight)
+
+
+positions_forward = SpotTheBug(
+    "Spot the bug: a model that stalls at a third",
+    "forward(model, token_ids) should compute the logits (B, T, vocab_size) of an AttentionOnlyModel from its "
+    "parts, model.token_embedding, model.position_embedding, model.attention and model.unembed, without calling "
+    "model(...) itself. This version uses every part and returns logits of the right shape, yet a model trained "
+    "through it stalls at about a third on reversal, like section 6's model. Find the bug and fix it.",
+    reference=_reference_forward,
+    cases=_model_cases,
+    hint=["Pick two positions that hold the same letter, say C at positions 2 and 6. In this code, do their "
+          "queries differ? Do their attention weights?",
+          "An output is right only if its attention picked the right key. Which of the parts can tell the scores "
+          "s_ij where token i and token j stand?"],
+    solution=_solution_forward,
+    buggy=buggy_forward,
+    bug_message="the position vectors are added to the context vectors, AFTER the attention. The queries and keys "
+                "are then made from the letters alone, so the weights cannot depend on where a token stands: the "
+                "attention sees a bag of tokens, as in section 6, and the late position vector only shifts each "
+                "output's logits by the same amount whatever the input.",
     mistakes=[
-        Mistake(lambda source: torch.eye(len(source)).flip(0),
-                "you drew reversal's anti-diagonal whatever the task: take the 1s' places from `source`."),
+        Mistake(_no_positions, "your logits use no position vectors at all: that is section 6's model, which "
+                               "cannot reverse. The positions belong in the model, at the right place."),
+        Mistake(_positions_twice, "you add the position vectors twice, before and after the attention. The model "
+                                  "adds them once."),
     ],
+    rules=[forbids("helpers.toy_model.AttentionOnlyModel.forward",
+                   why="Build the logits from the model's parts, as the model's own forward does.")],
 )

@@ -3,10 +3,12 @@
 * ``training_explorer(run)``: the live figure, a slider over the recorded training steps; the probe's attention
   weights at that step on the left, the loss and the mean weight on the target key on the right.
 * ``weights_side_by_side``: two weight matrices on the same fixed 0..1 scale, with one colour bar for both.
+* ``reverse_all_dims(x)``: what ``x.T`` does to a batch (the shape, and the first sentence of PyTorch's warning).
 * The initialisation deep dive: ``init_table`` (how far the scaled scores spread, how peaked the weights are, for
   growing input widths), ``init_side_by_side`` (the two initialisations' weights in one picture) and
   ``saturation_table`` (why a saturated softmax stops training: rows that are exactly one-hot, and the gradient
-  that reaches ``W_query``).
+  that reaches ``W_query``), ``train_inits`` and ``steps_table`` (both classes trained on the task, for a few
+  seeds, and how many steps each needs).
 
 The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
 ``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
@@ -16,6 +18,7 @@ The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_que
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,11 +26,11 @@ import torch
 from torch import nn
 
 from ..plotting import CourseFigure, Heatmap, new_figure
-from ..tasks import PreviousTokenTask, TrainingRun
+from ..tasks import PreviousTokenTask, TrainingRun, train_attention
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["weights_side_by_side", "training_explorer", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "saturation_table"]
+__all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
+           "init_side_by_side", "saturation", "saturation_table", "train_inits", "steps_table"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
@@ -97,6 +100,19 @@ def training_explorer(run: TrainingRun, step: int = 60) -> LiveFigure:
     view = LiveFigure(fig, redraw, {"step": slider}, animated=[step_line])  # redraw moves the line: repaint it alone
     view.heatmap, view.step_line = heatmap, step_line
     return view
+
+
+def reverse_all_dims(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
+    """``x.T`` on a tensor of three or more dimensions: the shape it gives (all dimensions reversed) and the first
+    sentence of the warning PyTorch raises about it (PyTorch raises it once per session; later calls say so)."""
+    if not isinstance(x, torch.Tensor) or x.dim() < 3:
+        raise TypeError("x must be a tensor of three or more dimensions, such as a batch of keys (B, T, d_k)")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shape = tuple(x.T.shape)
+    if not caught:
+        return shape, "(its warning about x.T was already shown once in this session)"
+    return shape, str(caught[0].message).split(". ")[0]
 
 
 # --- the initialisation deep dive -------------------------------------------------------------------------------
@@ -219,4 +235,30 @@ def saturation_table(task: PreviousTokenTask, inits: Mapping[str, type],
         after = saturation(trained, task)
         lines.append(f"{name:<11}  {before[0]:6.0%}    {after[0]:6.0%}                 "
                      f"{_grad_text(before[1]):<9} {_grad_text(after[1])}")
+    return "\n".join(lines)
+
+
+def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
+                device=None) -> dict[tuple[str, int], TrainingRun]:
+    """``train_attention(task, cls, seed=seed)`` for every class of ``inits`` and every seed, keyed
+    ``(cls.__name__, seed)``."""
+    _check_inits(inits)
+    return {(cls.__name__, seed): train_attention(task, cls, seed=seed, device=device)
+            for seed in seeds for cls in inits.values()}
+
+
+def steps_table(runs: Mapping[tuple[str, int], TrainingRun], inits: Mapping[str, type],
+                seeds: Sequence[int] = (0, 1, 2), level: float = 0.9) -> str:
+    """One line per seed: for each class, after how many steps (rounded to 10) the probe's mean weight on the
+    target key first reaches ``level``, and the final loss."""
+    _check_inits(inits)
+    lines = ["seed   " + "".join(f"{cls.__name__} ({name})".ljust(38) for name, cls in inits.items()).rstrip()]
+    for seed in seeds:
+        cells = []
+        for cls in inits.values():
+            run = runs[cls.__name__, seed]
+            reached, final = run.steps_to_reach(level), f"final loss {run.losses[-1]:.2f}"
+            cells.append(f"never reaches {level}; {final}" if reached is None
+                         else f"{level} after ~{round(reached, -1)} steps; {final}")
+        lines.append(f"{seed:4d}   " + "".join(cell.ljust(38) for cell in cells).rstrip())
     return "\n".join(lines)

@@ -89,28 +89,27 @@ def heads_figure(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, 
 def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
     """For each head, the weight every output position puts on its source at every checkpoint.
 
-    One panel per head: rows are output positions ``i``, columns the checkpoints; each cell is the weight
-    ``a_{i, source(i)}`` averaged over the watched examples, on a fixed 0..1 scale. A row turns bright when it
-    locks onto its source.
+    One panel per head, stacked, one labelled tick per checkpoint: rows are output positions ``i``, columns the
+    checkpoints; each cell is the weight ``a_{i, source(i)}`` averaged over the watched examples. A two-way colour
+    scale centred at 0.5, the lock threshold: red below, white at 0.5, blue above.
     """
     # (S, N, H, T, T) * (T, T) summed over keys -> (S, N, H, T); mean over the watched examples -> (S, H, T)
     on_source = (run.weights * task.ideal_pattern()).sum(dim=-1).mean(dim=1)
     num_heads = on_source.shape[1]
-    fig = new_figure(5.2 * num_heads + 0.8, 3.6, ncols=num_heads)
+    fig = new_figure(11.0, 2.9 * num_heads + 0.3, nrows=num_heads)
     sources = task.source_positions().tolist()
     rows = [f"out {i} (source {j})" for i, j in enumerate(sources)]
-    every = max(1, len(run.steps) // 12)   # a tick every few checkpoints (every 8 steps in the lesson's run)
     for head, ax in enumerate(fig.axes[:num_heads]):
         heatmap = Heatmap(ax, on_source[:, head].T, rows, [str(step) for step in run.steps], vmin=0.0, vmax=1.0,
-                          annotate=False, xlabel="training step", ylabel="query: output position $i$",
-                          title=f"Head {head}: weight on the source, by training step",
-                          colorbar_label="mean weight on the source\n(red line: 0.5, where a row locks)")
-        ax.set_xticks(range(0, len(run.steps), every), labels=[str(s) for s in run.steps[::every]], rotation=0,
-                      ha="center")
-        if head < num_heads - 1:
-            heatmap.colorbar.remove()
-        else:
-            heatmap.colorbar.ax.axhline(0.5, color="red", linewidth=2.5)
+                          cmap="RdBu", annotate=False, ylabel="query: output position $i$",
+                          xlabel="training step" if head == num_heads - 1 else "",
+                          title=rf"Head {head}: mean weight on the source, $a_{{i,\,\mathrm{{source}}(i)}}$, "
+                                f"at each checkpoint")
+        ax.set_xticks(range(len(run.steps)), labels=[str(s) for s in run.steps], rotation=0, ha="center")
+        heatmap.colorbar.remove()   # one colour bar for both panels
+    bar = fig.colorbar(fig.axes[0].images[0], ax=fig.axes[:num_heads], ticks=[0, 0.25, 0.5, 0.75, 1.0],
+                       label="mean weight on the source\n(white at 0.5: where a row locks)", aspect=30)
+    bar.ax.axhline(0.5, color="black", linewidth=1.5)
     return fig
 
 
