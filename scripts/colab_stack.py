@@ -22,6 +22,8 @@ Steps (each prints one line with its time):
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import shutil
@@ -63,7 +65,25 @@ def installed_versions(python: Path) -> dict[str, str]:
         return json.loads(_run([str(python), "-c", code], capture_output=True, text=True, cwd=elsewhere).stdout)
 
 
+@contextlib.contextmanager
+def _locked(venv: Path):
+    """One builder of ``venv`` at a time: ``make test`` starts a ``--prepare`` run in the background while the pinned
+    suite runs, and the main run waits here until that build is done (then finds it ready)."""
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def make_environment(venv: Path) -> Path:
+    with _locked(venv):
+        return _make_environment(venv)
+
+
+def _make_environment(venv: Path) -> Path:
     python = venv / "bin" / "python"
     stamp = venv / "colab-stack.txt"
     wanted = "\n".join(COLAB_STACK) + "\n"
@@ -154,13 +174,13 @@ def unit_tests(python: Path) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
         constraints.write("\n".join(pins) + "\n")
     try:
-        _run([str(python), "-m", "pip", "install", "--quiet", "--constraint", constraints.name, "pytest", "pyyaml"],
-             capture_output=True)
+        _run([str(python), "-m", "pip", "install", "--quiet", "--constraint", constraints.name, "pytest", "pytest-xdist",
+              "pyyaml"], capture_output=True)
     finally:
         os.remove(constraints.name)
     # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);
     # importlib mode keeps the tests' folder off sys.path too: `helpers` is the installed wheel.
-    command = [str(python.with_name("pytest")), "tests", "--import-mode=importlib", "-o", "addopts=",
+    command = [str(python.with_name("pytest")), "tests", "--import-mode=importlib", "-o", "addopts=", "-n", "2",
                "-p", "no:cacheprovider", "-q", "-W", "ignore::DeprecationWarning",
                *[f"--ignore=tests/{name}" for name in REPOSITORY_CHECKS]]
     return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
@@ -183,11 +203,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--venv", default=str(ROOT / "build" / "colab-stack"))
     parser.add_argument("--no-browser", action="store_true")
+    parser.add_argument("--prepare", action="store_true",
+                        help="only build the environment (make test runs this in the background, then the rest)")
     args = parser.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # ipykernel 6's debugger warns on stderr otherwise
     venv, started = Path(args.venv).resolve(), time.monotonic()
     python = make_environment(venv)
+    if args.prepare:
+        _step(f"environment {venv} ready", started)
+        return
     _step(f"environment {venv.relative_to(ROOT) if venv.is_relative_to(ROOT) else venv}: "
           + ", ".join(COLAB_STACK), started)
     wheel = build_wheel(venv.parent / "colab-stack-wheel")
