@@ -34,7 +34,7 @@ endef
 $(STAMP): pyproject.toml requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
-	$(BIN)/pip install -c requirements-lock.txt -e ".[test,lab]"
+	$(BIN)/pip install --no-compile -c requirements-lock.txt -e ".[test,lab]"
 	touch $(STAMP)
 
 setup: $(STAMP)
