@@ -34,7 +34,7 @@ endef
 $(STAMP): pyproject.toml requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
-	$(BIN)/pip install --no-compile -c requirements-lock.txt -e ".[test,lab]"
+	$(BIN)/pip install -c requirements-lock.txt -e ".[test,lab]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -45,12 +45,12 @@ lab: setup
 	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
 	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
-# The Colab-like stack's environment is built in the background while the pinned suite runs (its pip installs
-# wait on disk and network more than on the CPU); scripts/colab_stack.py waits for that build, then goes on.
+# The Colab-like stack's environment is built in the background while the browser tests run (they mostly wait on
+# the browser, the build on disk and network); scripts/colab_stack.py waits for that build, then goes on.
 test: setup
+	$(BIN)/python -m pytest
 	@mkdir -p build && (TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py --prepare \
 	    > build/colab-stack-prepare.log 2>&1 &)
-	$(BIN)/python -m pytest
 	$(call run_e2e,-q -rs)
 	TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py
 

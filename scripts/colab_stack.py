@@ -97,7 +97,7 @@ def _make_environment(venv: Path) -> Path:
         torch = next(r for r in COLAB_STACK if r.startswith("torch=="))
         _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--index-url", os.environ["TORCH_INDEX"],
               torch])
-    _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", *COLAB_STACK])
+    _run([str(python), "-m", "pip", "install", "--quiet", *COLAB_STACK])
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
           "--display-name", "Python 3 (Colab-like stack)"], capture_output=True)
     stamp.write_text(wanted)

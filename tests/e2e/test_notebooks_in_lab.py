@@ -11,6 +11,7 @@ within 5 s of the key press or click. The latency is printed, and for sliders al
 from __future__ import annotations
 
 import json
+import os
 import re
 import time
 from pathlib import Path
@@ -26,7 +27,10 @@ LIVE_FIGURE = ".widget-vbox:has(> img.widget-image)"
 KERNEL_READY_TIMEOUT_MS = 60_000
 RUN_ALL_TIMEOUT_MS = 120_000
 PICTURE_TIMEOUT_MS = 5_000
-EXTRA_SLIDER_STEPS = 2  # after the timed first step
+EXTRA_SLIDER_STEPS = 2  # after the timed first step, when before/after screenshots are taken
+# Before/after screenshots of every control: under `make e2e` (E2E_BURST=all) or E2E_CONTROL_SHOTS=1; `make test`
+# keeps the whole-notebook screenshots and takes a control's "after" picture only when something is wrong.
+CONTROL_SHOTS = os.environ.get("E2E_BURST") == "all" or os.environ.get("E2E_CONTROL_SHOTS") == "1"
 # An error output without the word Traceback (e.g. SyntaxError) still has a line like "NameError: ...".
 ERROR_LINE = re.compile(r"^\s*\w*(Error|Exception|Interrupt)\b", re.M)
 
@@ -288,7 +292,8 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_brows
                 before = image.evaluate(IMAGE_DIGEST)
                 value_before = _readout(control, kind)
                 shot = screenshot_dir / f"{stem}-fig{f}-{c}-{_slug(label)}"
-                figure.screenshot(path=f"{shot}-before.png")
+                if CONTROL_SHOTS:
+                    figure.screenshot(path=f"{shot}-before.png")
 
                 image.evaluate(ARM_WATCH)
                 action = _move_control(page, control, kind)
@@ -303,21 +308,23 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_brows
                     continue
                 watch = page.evaluate("() => { const w = window.__e2eWatch; w.stop(); "
                                       "return {t0: w.t0, tSrc: w.tSrc, tLoad: w.tLoad}; }")
-                if kind == "slider":  # a couple more steps, so that the after-screenshot differs clearly
+                if kind == "slider" and CONTROL_SHOTS:  # a couple more steps: the after-screenshot differs clearly
                     for _ in range(EXTRA_SLIDER_STEPS):
                         page.keyboard.press(action)
                 assert image.evaluate(WAIT_SETTLED, [400, 10_000]), \
                     f"{where}: picture kept changing / kernel busy 10 s after {action}"
                 after = image.evaluate(IMAGE_DIGEST)
                 value_after = _readout(control, kind)
-                figure.screenshot(path=f"{shot}-after.png")
+                if CONTROL_SHOTS or value_after == value_before or after["sha256"] == before["sha256"]:
+                    figure.screenshot(path=f"{shot}-after.png")
                 src_ms, shown_ms = watch["tSrc"] - watch["t0"], watch["tLoad"] - watch["t0"]
                 line = (f"{where}: {action}, value {value_before!r} -> {value_after!r}: new src after "
                         f"{src_ms:.0f} ms, picture loaded after {shown_ms:.0f} ms "
                         f"(PNG {before['width']}x{before['height']} px shown at {before['shownWidth']}x"
                         f"{before['shownHeight']} CSS px, {before['bytes']} -> {after['bytes']} bytes)")
                 print(f"[e2e]   {line}")
-                print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
+                if CONTROL_SHOTS:
+                    print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
                 latencies.append(line)
                 if kind == "slider":
                     latency_log.append({"notebook": name, "figure": f, "control": label, "key": action,
