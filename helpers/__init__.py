@@ -11,16 +11,22 @@ from .data import *  # noqa: F401,F403
 from .data import __all__ as _data_all
 from .device import *  # noqa: F401,F403
 from .device import __all__ as _device_all
+from .cross_attention import *  # noqa: F401,F403
+from .cross_attention import __all__ as _cross_attention_all
 from .dropout import *  # noqa: F401,F403
 from .dropout import __all__ as _dropout_all
 from .efficient import *  # noqa: F401,F403
 from .efficient import __all__ as _efficient_all
+from .generation import *  # noqa: F401,F403
+from .generation import __all__ as _generation_all
 from .heads import *  # noqa: F401,F403
 from .heads import __all__ as _heads_all
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .positions import *  # noqa: F401,F403
+from .positions import __all__ as _positions_all
 from .source import *  # noqa: F401,F403
 from .source import __all__ as _source_all
 from .tasks import *  # noqa: F401,F403
@@ -30,5 +36,6 @@ from .toy_model import AttentionOnlyModel, BidirectionalAttention, FetchTask, To
 
 _toy_model_all = ["AttentionOnlyModel", "BidirectionalAttention", "FetchTask", "ToyTrainingRun", "train_toy_model"]
 
-__all__ = [*_attention_all, *_data_all, *_device_all, *_dropout_all, *_efficient_all, *_heads_all, *_masks_all,
-           *_modules_all, *_source_all, *_tasks_all, *_toy_model_all]
+__all__ = [*_attention_all, *_cross_attention_all, *_data_all, *_device_all, *_dropout_all, *_efficient_all,
+           *_generation_all, *_heads_all, *_masks_all, *_modules_all, *_positions_all, *_source_all, *_tasks_all,
+           *_toy_model_all]

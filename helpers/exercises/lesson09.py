@@ -1,0 +1,5 @@
+"""Exercises for notebook 09: positions."""
+
+from __future__ import annotations
+
+__all__: list[str] = []
