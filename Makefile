@@ -55,9 +55,11 @@ test: setup
 	TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py
 
 # Re-execute every notebook in place to refresh its stored outputs (then review the diff). First the
-# Colab set-up block is brought up to date in every first code cell (scripts/colab_setup.py).
+# Colab set-up block and the course-map line are brought up to date in every notebook (scripts/colab_setup.py,
+# scripts/course_map.py).
 notebooks: setup
 	$(BIN)/python scripts/colab_setup.py --write
+	$(BIN)/python scripts/course_map.py --write
 	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	    --ExecutePreprocessor.kernel_name=python3 --ExecutePreprocessor.store_widget_state=False --ExecutePreprocessor.record_timing=False \
 	    $(NOTEBOOKS)

@@ -186,3 +186,18 @@ def test_notebook_ends_with_its_checked_exercises(path):
         shown = "".join("".join(o.get("data", {}).get("text/plain", "")) for o in checks[0]["outputs"])
         assert "not done yet" in shown, f"{path.name}: the stored output of {name} is not the friendly 'not done yet'"
     assert 2 <= len(names) <= 4
+
+
+def test_every_notebook_opens_with_the_course_map_of_all_lessons():
+    """scripts/course_map.py holds the short titles; each notebook's first cell lists them all, bolding its own."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        import course_map
+    finally:
+        sys.path.pop(0)
+    assert sorted(course_map.SHORT_TITLES) == [p.name[:2] for p in NOTEBOOKS], "one short title per notebook"
+    for path in NOTEBOOKS:
+        first = "".join(json.loads(path.read_text())["cells"][0]["source"])
+        line = course_map.LINE.search(first)
+        assert line and line.group(0) == course_map.course_map_line(path.name[:2]), (
+            f"{path.name}: run python3 scripts/course_map.py --write")
