@@ -1,5 +1,164 @@
-"""The live pictures of notebook 10: cross-attention."""
+"""The pictures of notebook 10 (cross-attention): non-square weights over a padded source, and the explorer.
+
+Every heatmap shows cross-attention weights of one head on one example: rows are the output words (the queries
+``i``, ``T_q`` of them), columns the source digits (the keys ``j``, ``T_k`` of them), on a fixed 0..1 colour
+scale. The source's padding columns are hatched grey: the padding mask hides them, so their weight is 0. Red
+boxes mark the two digits each output word needs (the task's ideal pattern, both heads together).
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+import torch
+from matplotlib.axes import Axes
+from matplotlib.patches import Rectangle
+
+from ..number_words import NumberWordsModel, NumberWordsTask, number_to_words
+from ..plotting import Bars, CourseFigure, Heatmap, new_figure
+from ..widgets import LiveFigure, int_slider
+
+__all__ = ["output_labels", "ideal_alignment_figure", "cross_weights_figure", "cross_attention_explorer"]
+
+XLABEL = "key: source token $j$ (digit·position)"
+YLABEL = "query: output word $i$"
+ROW_OUTLINE = "#00bfff"  # the chosen output word's row: not red, which marks the ideal pattern
+PAD_STYLE = dict(facecolor="#d9d9d9", edgecolor="#737373", hatch="///", linewidth=0.0)
+
+
+def output_labels(task: NumberWordsTask, source_ids: torch.Tensor, answers: torch.Tensor | None = None) -> list[str]:
+    """``"out i: thirty-one"``: the word output ``i`` must write, or the model's ``answers`` with ✗ where wrong."""
+    wanted = task.target_words(task.targets(source_ids))
+    if answers is None:
+        return [f"out {i}: {w}" for i, w in enumerate(wanted)]
+    labels = []
+    for i, (answer, word) in enumerate(zip(answers.tolist(), wanted)):
+        written = "pad" if word == "pad" else number_to_words(answer + 10)   # target id t is the number t + 10
+        labels.append(f"out {i}: {written}" + ("" if written == word else " ✗"))
+    return labels
+
+
+def _pad_patches(ax: Axes, num_rows: int, num_keys: int, bottom: float | None = None,
+                 height: float | None = None) -> list[Rectangle]:
+    """One hatched rectangle per source column (shown only where that column is padding)."""
+    bottom = -0.5 if bottom is None else bottom
+    height = num_rows if height is None else height
+    return [ax.add_patch(Rectangle((j - 0.5, bottom), 1, height, zorder=2.1, visible=False, **PAD_STYLE))
+            for j in range(num_keys)]
+
+
+def _show_padding(patches: list[Rectangle], padding: torch.Tensor) -> None:
+    for patch, hidden in zip(patches, padding.tolist()):
+        patch.set_visible(bool(hidden))
+
+
+def _ideal_boxes(ax: Axes, task: NumberWordsTask) -> list[tuple[int, Rectangle]]:
+    """A red box on each cell of the ideal pattern, as ``(output word i, box)`` pairs."""
+    rows, cols = task.ideal_pattern().sum(dim=0).nonzero(as_tuple=True)
+    return [(i, ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5,
+                                       zorder=3)))
+            for i, j in zip(rows.tolist(), cols.tolist())]
+
+
+def _show_ideal(boxes: list[tuple[int, Rectangle]], task: NumberWordsTask, source_ids: torch.Tensor) -> None:
+    """Only the output words that exist in this example get their boxes (a padded word needs nothing)."""
+    real = (task.targets(source_ids) != task.ignore_id).tolist()
+    for i, box in boxes:
+        box.set_visible(real[i])
+
+
+def _heatmap(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids: torch.Tensor, rows: list[str],
+             title: str, colorbar: bool = True, colorbar_label: str = "cross-attention weight $a_{ij}$"
+             ) -> tuple[Heatmap, list[Rectangle], list[tuple[int, Rectangle]]]:
+    heatmap = Heatmap(ax, weights, rows, task.source_labels(source_ids), vmin=0.0, vmax=1.0, annotate=False,
+                      xlabel=XLABEL, ylabel=YLABEL, title=title, colorbar_label=colorbar_label)
+    if not colorbar:
+        heatmap.colorbar.remove()
+    patches = _pad_patches(ax, task.num_queries, task.num_keys)
+    _show_padding(patches, task.source_padding_mask(source_ids))
+    boxes = _ideal_boxes(ax, task)
+    _show_ideal(boxes, task, source_ids)
+    return heatmap, patches + [box for _, box in boxes], boxes
+
+
+def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> CourseFigure:
+    """The digits each output word needs, on one example ``(T_k,)``: a ``(T_q, T_k)`` matrix, padding hatched."""
+    fig = new_figure(6.4, 3.4)
+    _heatmap(fig.axes[0], task.ideal_pattern().sum(dim=0), task, source_ids, output_labels(task, source_ids),
+             f"What output word $i$ needs: a $(T_q, T_k) = ({task.num_queries}, {task.num_keys})$ pattern",
+             colorbar_label="1 = word $i$ needs digit $j$")
+    return fig
+
+
+def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_ids: torch.Tensor,
+                         title: str = "") -> CourseFigure:
+    """Every head's cross-attention weights ``(T_q, T_k)`` on one example ``(T_k,)``; rows show the model's words."""
+    with torch.no_grad():
+        logits, weights = model(source_ids[None].to(next(model.parameters()).device), return_weights=True)
+    weights, answers = weights[0].cpu(), logits[0].argmax(dim=-1).cpu()    # (H, T_q, T_k), (T_q,)
+    num_heads = weights.shape[0]
+    fig = new_figure(5.6 * num_heads + 0.8, 3.6, ncols=num_heads)
+    rows = output_labels(task, source_ids, answers)
+    for head in range(num_heads):
+        _heatmap(fig.axes[head], weights[head], task, source_ids, rows if head == 0 else [""] * len(rows),
+                 f"{title}$A$ of head {head}, $(T_q, T_k)$", colorbar=head == num_heads - 1)
+        if head > 0:
+            fig.axes[head].set_ylabel("")
+    return fig
+
+
+def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, source_ids: torch.Tensor,
+                             output_word: int = 0, example: int = 0) -> LiveFigure:
+    """Two sliders (output word ``i``, example) over the trained model's cross-attention.
+
+    Top: each head's weights ``(T_q, T_k)`` on the chosen example, the chosen output word's row outlined.
+    Bottom: that row as bars over the labelled source tokens, one chart per head; padding hatched (weight 0).
+    ``source_ids`` ``(N, T_k)`` are the examples to choose from.
+    """
+    if not isinstance(source_ids, torch.Tensor) or source_ids.dim() != 2:
+        raise ValueError("source_ids must be a (num_examples, num_keys) tensor of examples")
+    with torch.no_grad():
+        logits, weights = model(source_ids.to(next(model.parameters()).device), return_weights=True)
+    weights, answers = weights.cpu(), logits.argmax(dim=-1).cpu()          # (N, H, T_q, T_k), (N, T_q)
+    num_heads = weights.shape[1]
+    fig = CourseFigure(figsize=(5.4 * num_heads + 1.0, 7.4), layout="constrained")
+    fig.suptitle("hatched: source padding, hidden by the mask (weight 0)   ·   red boxes: the two digits each word "
+                 "needs   ·   blue outline: output word $i$", fontsize=10)
+    grid = fig.add_gridspec(2, num_heads, height_ratios=(1.1, 1))
+    maps, bars, pads, boxes, changing = [], [], [], [], []
+    rows = output_labels(task, source_ids[0], answers[0])
+    for head in range(num_heads):
+        heatmap, changed, head_boxes = _heatmap(fig.add_subplot(grid[0, head]), weights[0, head], task,
+                                                source_ids[0], rows, "", colorbar=head == num_heads - 1)
+        maps.append(heatmap)
+        pads.append(changed[:task.num_keys])
+        boxes += head_boxes
+        changing += changed
+    for head in range(num_heads):
+        ax = fig.add_subplot(grid[1, head])
+        chart = Bars(ax, weights[0, head, 0], task.source_labels(source_ids[0]), ylim=(0.0, 1.05),
+                     xlabel=XLABEL, ylabel="weight $a_{ij}$" if head == 0 else "", annotate=True)
+        bars.append(chart)
+        pads.append(_pad_patches(ax, 1, task.num_keys, bottom=0.0, height=1.05))
+        changing += pads[-1]
+
+    def redraw(output_word: int, example: int) -> None:
+        padding = task.source_padding_mask(source_ids[example])
+        rows = output_labels(task, source_ids[example], answers[example])
+        for head in range(num_heads):
+            maps[head].update(weights[example, head],
+                              title=f"$A$ of head {head}, example {example}: $(T_q, T_k) = "
+                                    f"({task.num_queries}, {task.num_keys})$")
+            maps[head].outline_row(output_word, color=ROW_OUTLINE)
+            maps[head].ax.set_yticklabels(rows)
+            for ax in (maps[head].ax, bars[head].ax):
+                ax.set_xticklabels(task.source_labels(source_ids[example]))
+            row = weights[example, head, output_word]
+            bars[head].update(row, title=f"head {head}: the weights of {rows[output_word].split(': ')[0]} "
+                                         f"(row {output_word} of $A$)")
+        for patches in pads:
+            _show_padding(patches, padding)
+        _show_ideal(boxes, task, source_ids[example])
+
+    return LiveFigure(fig, redraw, {
+        "output_word": int_slider("output word i", output_word, 0, task.num_queries - 1),
+        "example": int_slider("example", example, 0, len(source_ids) - 1),
+    }, animated=changing)
