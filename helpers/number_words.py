@@ -64,11 +64,40 @@ class NumberWordsTask:
     def __repr__(self) -> str:
         return f"NumberWordsTask(max_numbers={self.max_numbers})"
 
-    def sample(self, batch_size: int, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(source_ids (B, T_k), target_ids (B, T_q))``: 1 to ``max_numbers`` random numbers per example."""
+    def sample(self, batch_size: int, generator: torch.Generator | None = None,
+               held_out: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(source_ids (B, T_k), target_ids (B, T_q))``: 1 to ``max_numbers`` random numbers per example.
+
+        ``held_out=None`` draws from every source; ``True`` only from the held-out part of the source space
+        (:meth:`is_held_out`), ``False`` only from the rest: training draws with ``False``, test examples with
+        ``True``, so no test source is ever trained on.
+        """
         check_positive_int("batch_size", batch_size)
         if generator is not None and not isinstance(generator, torch.Generator):
             raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+        if held_out is not None and not isinstance(held_out, bool):
+            raise TypeError(f"held_out must be None, True or False, got {held_out!r}")
+        if held_out is None:
+            return self._draw(batch_size, generator)
+        sources, targets, count = [], [], 0
+        while count < batch_size:   # keep the examples of the wanted part; draw again until there are enough
+            source_ids, target_ids = self._draw(batch_size, generator)
+            keep = self.is_held_out(source_ids) == held_out
+            sources.append(source_ids[keep])
+            targets.append(target_ids[keep])
+            count += int(keep.sum())
+        return torch.cat(sources)[:batch_size], torch.cat(targets)[:batch_size]
+
+    def is_held_out(self, source_ids: torch.Tensor) -> torch.Tensor:
+        """``(B, T_k)`` -> ``(B,)`` bool: True where the digits add up to a multiple of 7 (about 1 source in 7).
+
+        The held-out part of the source space: training never draws these sources, test examples come from them.
+        """
+        self._check_source(source_ids)
+        digits = source_ids.masked_fill(source_ids == self.pad_id, 0)
+        return digits.sum(dim=-1) % 7 == 0
+
+    def _draw(self, batch_size: int, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
         counts = torch.randint(1, self.max_numbers + 1, (batch_size,), generator=generator)       # (B,)
         numbers_ = torch.randint(10, 100, (batch_size, self.max_numbers), generator=generator)    # (B, T_q)
         digits = torch.stack([numbers_ // 10, numbers_ % 10], dim=-1).view(batch_size, self.num_keys)  # (B, T_k)
@@ -156,7 +185,7 @@ class NumberWordsModel(nn.Module):
         if source_ids.min() < 0 or source_ids.max() > NumberWordsTask.pad_id:
             raise ValueError(f"source_ids must lie in [0, {NumberWordsTask.pad_id}] (digits and the pad id)")
         source = self.digit_embedding(source_ids) + self.source_position.weight[:num_keys]  # Y: (B, T_k, d_model)
-        x = self.output_position.weight.expand(source_ids.shape[0], -1, -1)  # X: (T_q, d) -> (B, T_q, d_model)
+        x = self.output_position.weight.expand(source_ids.shape[0], -1, -1)  # X: (B, T_q, d_model)
         source_padding_mask = source_ids == NumberWordsTask.pad_id           # (B, T_k)
         context_vecs, attn_weights = self.cross_attention(x, source, source_padding_mask, return_weights=True)
         logits = self.unembed(context_vecs)                                  # (B, T_q, d_model) -> (B, T_q, 90)
@@ -166,7 +195,7 @@ class NumberWordsModel(nn.Module):
 @dataclass
 class NumberWordsRun:
     """What :func:`train_number_words` returns: the trained model (``eval()`` mode), the loss of every step,
-    and the held-out accuracy over the real (unpadded) words at steps ``steps``."""
+    and the accuracy per real (unpadded) word on ``test_ids`` at steps ``steps``."""
 
     model: NumberWordsModel
     losses: list[float]
@@ -189,7 +218,9 @@ def train_number_words(task: NumberWordsTask, *, test_ids: torch.Tensor, num_ste
 
     Reproducible: the model is initialised under ``torch.manual_seed(seed)`` in a forked random state, batches
     come from a ``torch.Generator`` seeded with ``seed``, both on the CPU, then moved to ``device``.
-    ``test_ids`` ``(N, T_k)`` are held-out sources, scored every ``eval_every`` steps and at the end.
+    Training batches hold only sources outside the held-out part (``task.sample(..., held_out=False)``);
+    ``test_ids`` ``(N, T_k)``, best drawn with ``held_out=True``, are scored (accuracy per real word) every
+    ``eval_every`` steps and at the end.
     """
     if not isinstance(task, NumberWordsTask):
         raise TypeError(f"task must be a NumberWordsTask, got {type(task).__name__}")
@@ -219,7 +250,7 @@ def train_number_words(task: NumberWordsTask, *, test_ids: torch.Tensor, num_ste
                 model.train()
             if step == num_steps:
                 break
-            source_ids, target_ids = (t.to(device) for t in task.sample(batch_size, generator))
+            source_ids, target_ids = (t.to(device) for t in task.sample(batch_size, generator, held_out=False))
             logits = model(source_ids)                      # (B, T_q, 90)
             loss = nn.functional.cross_entropy(logits.flatten(0, 1), target_ids.flatten(),
                                                ignore_index=task.ignore_id)

@@ -194,6 +194,26 @@ def test_task_samples_padded_sources_and_matching_targets():
     assert task.target_words(task.targets(first)) == ["seventy-eight", "fifty-three", "pad", "pad"]
 
 
+def test_held_out_part_of_the_source_space_is_never_trained_on(monkeypatch):
+    task = NumberWordsTask(max_numbers=4)
+    held, _ = task.sample(300, torch.Generator().manual_seed(0), held_out=True)
+    rest, rest_targets = task.sample(300, torch.Generator().manual_seed(0), held_out=False)
+    assert held.shape == (300, 8) and rest.shape == (300, 8)
+    assert task.is_held_out(held).all() and not task.is_held_out(rest).any()
+    torch.testing.assert_close(task.targets(rest), rest_targets)
+    everything, _ = task.sample(2000, torch.Generator().manual_seed(0))
+    assert 0.08 < task.is_held_out(everything).float().mean() < 0.22        # about 1 source in 7
+    assert task.is_held_out(torch.tensor([[7, 0, 10, 10, 10, 10, 10, 10], [7, 1, 10, 10, 10, 10, 10, 10]])).tolist() \
+        == [True, False]
+    with pytest.raises(TypeError, match="held_out"):
+        task.sample(4, held_out=1)
+    seen = []
+    original = task.sample
+    monkeypatch.setattr(task, "sample", lambda *a, **k: seen.append(k.get("held_out")) or original(*a, **k))
+    train_number_words(task, test_ids=held[:10], num_steps=3, seed=0)
+    assert seen == [False, False, False], "training must draw only from outside the held-out part"
+
+
 def test_task_rejects_bad_ids():
     task = NumberWordsTask(max_numbers=2)
     with pytest.raises(TypeError):
@@ -222,7 +242,7 @@ def test_model_shapes_masking_and_errors():
 
 def test_training_finds_the_alignment_and_is_reproducible():
     task = NumberWordsTask()
-    test_ids, _ = task.sample(300, torch.Generator().manual_seed(2))
+    test_ids, _ = task.sample(300, torch.Generator().manual_seed(2), held_out=True)
     state = torch.random.get_rng_state()
     run = train_number_words(task, test_ids=test_ids, num_steps=150, seed=0)
     assert torch.equal(state, torch.random.get_rng_state()), "training must not move the caller's random stream"

@@ -8,8 +8,14 @@ from helpers.exercises import lesson10
 from helpers.masks import causal_mask
 
 
+def test_the_buggy_code_does_not_name_its_bug():
+    import inspect
+    source = inspect.getsource(lesson10.cross_from_parts.buggy)
+    assert "causal" not in source and "future" not in source
+
+
 def test_exports():
-    assert lesson10.__all__ == ["decoder_masks", "causal_cross_attention"]
+    assert lesson10.__all__ == ["decoder_masks", "cross_from_parts"]
 
 
 # --- 1. the decoder's two masks -----------------------------------------------------------------------------------
@@ -71,41 +77,42 @@ def _cross_with_sdpa(module, x, source, source_padding_mask):
 
 
 def test_spot_the_bug_accepts_another_right_form():
-    assert lesson10.causal_cross_attention.check(_cross_with_sdpa).passed
+    assert lesson10.cross_from_parts.check(_cross_with_sdpa).passed
 
 
 def test_spot_the_bug_names_the_bug_and_forbids_calling_the_module():
-    feedback = lesson10.causal_cross_attention.check(lesson10.causal_cross_attention.buggy)
+    feedback = lesson10.cross_from_parts.check(lesson10.cross_from_parts.buggy)
     assert feedback.status == "wrong" and "causal" in feedback.message
-    feedback = lesson10.causal_cross_attention.check(lambda m, x, s, p: m(x, s, p))
+    feedback = lesson10.cross_from_parts.check(lambda m, x, s, p: m(x, s, p))
     assert feedback.status == "wrong" and "from the module's parts" in feedback.message, feedback.message
 
 
 def test_spot_the_bug_rejects_queries_from_the_source():
     def swapped(module, x, source, source_padding_mask):
         return _cross_with_sdpa(module, source, x, source_padding_mask)
-    assert lesson10.causal_cross_attention.check(swapped).status == "wrong"
+    assert lesson10.cross_from_parts.check(swapped).status == "wrong"
 
 
 def test_the_bug_matters_on_the_lessons_task():
     """With the causal mask, output word 0 of the number-words model cannot see digit 1, which it needs."""
     from helpers.number_words import NumberWordsTask, train_number_words
     task = NumberWordsTask()
-    test_ids, _ = task.sample(200, torch.Generator().manual_seed(2))
+    test_ids, _ = task.sample(200, torch.Generator().manual_seed(2), held_out=True)
     model = train_number_words(task, test_ids=test_ids, num_steps=150, seed=0).model
     source = model.digit_embedding(test_ids) + model.source_position.weight
     x = model.output_position.weight.expand(len(test_ids), -1, -1)
     pad = task.source_padding_mask(test_ids)
     with torch.no_grad():
-        right = model.unembed(lesson10.causal_cross_attention._solution(model.cross_attention, x, source, pad))
-        buggy = model.unembed(lesson10.causal_cross_attention.buggy(model.cross_attention, x, source, pad))
+        right = model.unembed(lesson10.cross_from_parts._solution(model.cross_attention, x, source, pad))
+        buggy = model.unembed(lesson10.cross_from_parts.buggy(model.cross_attention, x, source, pad))
     targets = task.targets(test_ids)
     real = targets != task.ignore_id
     assert (right.argmax(-1) == targets)[real].float().mean() == 1.0
     assert (buggy.argmax(-1) == targets)[real].float().mean() < 0.2
 
 
-@pytest.mark.parametrize("exercise", [lesson10.decoder_masks, lesson10.causal_cross_attention])
+@pytest.mark.parametrize("exercise", [lesson10.decoder_masks, lesson10.cross_from_parts])
 def test_hints_do_not_give_the_answer_away(exercise):
     for hint in exercise._hints:
-        assert "[:, None, :]" not in hint and "triu" not in hint and "None, None" not in hint
+        for giveaway in ("[:, None, :]", "last axis", "triu", "None, None"):
+            assert giveaway not in hint

@@ -14,8 +14,8 @@ from helpers.number_words import NumberWordsTask, train_number_words
 @pytest.fixture(scope="module")
 def trained():
     task = NumberWordsTask()
-    watch_ids, _ = task.sample(8, torch.Generator().manual_seed(1))
-    test_ids, _ = task.sample(200, torch.Generator().manual_seed(2))
+    watch_ids, _ = task.sample(8, torch.Generator().manual_seed(1), held_out=True)
+    test_ids, _ = task.sample(200, torch.Generator().manual_seed(2), held_out=True)
     run = train_number_words(task, test_ids=test_ids, num_steps=150, seed=0)
     return task, watch_ids, run
 
@@ -73,9 +73,14 @@ def test_ideal_boxes_only_on_real_words(trained):
 def test_static_figures(trained):
     task, watch_ids, run = trained
     fig = ideal_alignment_figure(task, watch_ids[0])
-    torch.testing.assert_close(_shown(fig.axes[0]), task.ideal_pattern().sum(dim=0))
+    needed = task.ideal_pattern().sum(dim=0)
+    needed[2:] = 0                         # watched example 0 holds two numbers: rows 2 and 3 need nothing
+    torch.testing.assert_close(_shown(fig.axes[0]), needed)
     assert "(4, 8)" in fig.axes[0].get_title()
-    assert _visible_hatches(fig.axes[0]) == [4, 5, 6, 7]   # watched example 0 holds two numbers
+    assert _visible_hatches(fig.axes[0]) == [4, 5, 6, 7]
+    legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert legend == ["word $i$ needs digit $j$", "not needed", "source padding"]
+    assert len(fig.axes) == 1, "a 0/1 pattern needs a legend, not a colour bar"
     fig = cross_weights_figure(run.model, task, watch_ids[0], title="trained: ")
     with torch.no_grad():
         _, weights = run.model(watch_ids[:1], return_weights=True)

@@ -1,7 +1,7 @@
 """Exercises for notebook 10: cross-attention.
 
 1. the decoder's two masks: which mask goes into the decoder's self-attention, which into its cross-attention;
-2. spot the bug: cross-attention computed from a module's parts, with the decoder's causal mask copied in.
+2. spot the bug: cross-attention computed from a module's parts.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from ..masks import causal_mask, padding_mask
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["decoder_masks", "causal_cross_attention"]
+__all__ = ["decoder_masks", "cross_from_parts"]
 
 
 # --- 1. the decoder's two masks ------------------------------------------------------------------------------
@@ -86,15 +86,14 @@ decoder_masks = FunctionExercise(
     "The decoder's two masks",
     "write decoder_masks(target_padding_mask, source_padding_mask): target_padding_mask (B, T_q) and "
     "source_padding_mask (B, T_k) are True at padding tokens. Return (self_mask, cross_mask), bool, True = hide: "
-    "self_mask (B, T_q, T_q) for the decoder's self-attention (queries and keys: the target) and cross_mask "
-    "(B, T_q, T_k) for its cross-attention (queries: the target; keys: the source). Each hides exactly what that "
-    "layer must not see.",
+    "self_mask (B, T_q, T_q) for the decoder's self-attention (queries and keys: the target) hides the future and "
+    "the target's padding tokens as keys; cross_mask (B, T_q, T_k) for its cross-attention (queries: the target; "
+    "keys: the source) hides exactly what that layer must not see.",
     reference=_reference_masks,
     cases=_mask_cases,
     hint=["Take the two layers one at a time and ask, for each: which sequence do its keys come from, and what "
           "must a query not see among those keys, the future, the padding, or both?",
-          "Padding hides keys, that is columns, for every query: index a (B, T) padding mask so that its T axis "
-          "lands on the last axis of the mask, and let it broadcast over the rows."],
+          "A padding mask hides keys. Which axis of a (B, rows, columns) mask holds the keys?"],
     solution=_solution_decoder_masks,
     mistakes=[
         Mistake(_causal_in_cross,
@@ -115,13 +114,14 @@ decoder_masks = FunctionExercise(
                 "your self_mask hides whole rows of the target's padding (the query axis). Padding hides keys: "
                 "columns, the same for every query."),
         Mistake(_no_target_padding,
-                "your self_mask is causal but lets the padded target positions' queries see the target's padding "
-                "keys. Hide the padding keys too, as the encoder's self-attention does."),
+                "your self_mask is causal but does not hide the target's padding keys. With the padding on the "
+                "right, the causal mask already hides them from every real word, so the words that count come out "
+                "the same; the task asks for both, so that the mask stays right wherever the padding sits."),
     ],
 )
 
 
-# --- 2. spot the bug: a causal mask in cross-attention -----------------------------------------------------------
+# --- 2. spot the bug: cross-attention from its parts -----------------------------------------------------------
 def _module(seed: int, d_in: int, d_out: int, num_heads: int, d_source: int):
     from ..cross_attention import CrossAttention
     with torch.random.fork_rng(devices=[]):
@@ -136,7 +136,7 @@ def _module_cases(g: torch.Generator) -> list[Case]:
         x = randn(g, batch_size, num_queries, d_in)
         source = randn(g, batch_size, num_keys, d_source)
         return Case(description, (module, x, source, padding_mask(lengths, num_keys)))
-    return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d 32, 2 heads, 1 to 4 numbers",
+    return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d_in = d_out = 32, 2 heads, 1 to 4 numbers",
                  [8, 4, 2], 4, 8, 32, 32, 2, 32),
             case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_source 7, d_out 8, 4 heads",
                  [3, 2], 6, 3, 5, 8, 4, 7),
@@ -156,8 +156,8 @@ def buggy_cross_attention(module, x, source, source_padding_mask):
     queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
     keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
     values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    future = torch.triu(torch.ones(num_queries, num_keys, dtype=torch.bool), diagonal=1)  # (T_q, T_k)
-    mask = future | source_padding_mask[:, None, None, :]                                # (B, 1, T_q, T_k)
+    hidden = torch.triu(torch.ones(num_queries, num_keys, dtype=torch.bool), diagonal=1)  # (T_q, T_k)
+    mask = hidden | source_padding_mask[:, None, None, :]                                # (B, 1, T_q, T_k)
     context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
     context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
     return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
@@ -194,7 +194,7 @@ def _causal_only(module, x, source, source_padding_mask):
     return _attend(module, x, source, torch.triu(torch.ones(x.shape[1], source.shape[1], dtype=torch.bool), 1))
 
 
-causal_cross_attention = SpotTheBug(
+cross_from_parts = SpotTheBug(
     "Spot the bug: cross-attention from its parts",
     "cross_attention(module, x, source, source_padding_mask) should compute what a CrossAttention module "
     "returns, module(x, source, source_padding_mask), from its parts (module.W_query, W_key, W_value, out_proj, "

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 from matplotlib.axes import Axes
-from matplotlib.patches import Rectangle
+from matplotlib.colors import ListedColormap
+from matplotlib.patches import Patch, Rectangle
 
 from ..number_words import NumberWordsModel, NumberWordsTask, number_to_words
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
@@ -21,6 +22,7 @@ __all__ = ["output_labels", "ideal_alignment_figure", "cross_weights_figure", "c
 XLABEL = "key: source token $j$ (digit·position)"
 YLABEL = "query: output word $i$"
 ROW_OUTLINE = "#00bfff"  # the chosen output word's row: not red, which marks the ideal pattern
+NEEDED, NOT_NEEDED = "#08519c", "#f0f0f0"   # the ideal pattern: two colours, not a colour scale
 PAD_STYLE = dict(facecolor="#d9d9d9", edgecolor="#737373", hatch="///", linewidth=0.0)
 
 
@@ -80,11 +82,26 @@ def _heatmap(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids:
 
 
 def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> CourseFigure:
-    """The digits each output word needs, on one example ``(T_k,)``: a ``(T_q, T_k)`` matrix, padding hatched."""
-    fig = new_figure(6.4, 3.4)
-    _heatmap(fig.axes[0], task.ideal_pattern().sum(dim=0), task, source_ids, output_labels(task, source_ids),
-             f"What output word $i$ needs: a $(T_q, T_k) = ({task.num_queries}, {task.num_keys})$ pattern",
-             colorbar_label="1 = word $i$ needs digit $j$")
+    """The digits each output word needs, on one example ``(T_k,)``: a ``(T_q, T_k)`` 0/1 matrix in two colours.
+
+    Dark cells: word ``i`` needs digit ``j``; light cells: it does not; hatched: the source's padding. Only the
+    example's real words get dark cells (a padded word needs nothing).
+    """
+    fig = new_figure(6.4, 3.6)
+    ax = fig.axes[0]
+    real = (task.targets(source_ids) != task.ignore_id).float()                # (T_q,)
+    needed = task.ideal_pattern().sum(dim=0) * real[:, None]                   # (T_q, T_k): 1 = needed
+    heatmap = Heatmap(ax, needed, output_labels(task, source_ids), task.source_labels(source_ids),
+                      cmap=ListedColormap([NOT_NEEDED, NEEDED]), vmin=0.0, vmax=1.0, annotate=False,
+                      xlabel=XLABEL, ylabel=YLABEL,
+                      title=f"What output word $i$ needs: a $(T_q, T_k) = ({task.num_queries}, {task.num_keys})$ "
+                            "pattern")
+    heatmap.colorbar.remove()
+    _show_padding(_pad_patches(ax, task.num_queries, task.num_keys), task.source_padding_mask(source_ids))
+    ax.legend(handles=[Patch(facecolor=NEEDED, label="word $i$ needs digit $j$"),
+                       Patch(facecolor=NOT_NEEDED, edgecolor="#bdbdbd", label="not needed"),
+                       Patch(label="source padding", **PAD_STYLE)],
+              loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=10, frameon=False)
     return fig
 
 
