@@ -13,7 +13,7 @@ import torch
 
 from ._checks import check_float_tensor, check_positive_int
 
-__all__ = ["causal_mask", "mask_by_renormalising", "padding_mask"]
+__all__ = ["causal_mask", "mask_by_renormalising", "padding_mask", "sliding_window_mask"]
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -82,3 +82,16 @@ def padding_mask(lengths, num_tokens: int | None = None, padding_side: str = "ri
     if padding_side == "right":
         return positions[None, :] >= lengths[:, None]  # (1, T) >= (B, 1) -> (B, T)
     return positions[None, :] < (num_tokens - lengths)[:, None]  # (1, T) < (B, 1) -> (B, T)
+
+
+def sliding_window_mask(num_tokens: int, window_size: int, device: torch.device | str | None = None) -> torch.Tensor:
+    """Bool mask of shape ``(T, T)``: query ``i`` may see keys ``j`` with ``i - window_size < j <= i``.
+
+    ``True`` marks the scores to hide. Each query sees itself and the ``window_size - 1`` tokens before
+    it: ``window_size=1`` leaves only the diagonal, ``window_size >= T`` gives :func:`causal_mask`.
+    """
+    check_positive_int("num_tokens", num_tokens)
+    check_positive_int("window_size", window_size)
+    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device)
+    too_old = torch.tril(ones, diagonal=-window_size)  # (T, T): True where j <= i - window_size
+    return torch.triu(ones, diagonal=1) | too_old  # the future, or too far in the past

@@ -1,0 +1,75 @@
+"""One decoding step with a KV cache, as a picture.
+
+:func:`kv_cache_step_diagram` draws the newest token ``x_t`` projected to one query ``q_t`` and one new row of
+``K`` and of ``V``; the rows above come from the cache. The query meets every key: one row of scores
+``(1, T_k)``, one row of weights, one context vector ``z_t``. The sizes come from the arguments.
+"""
+
+from __future__ import annotations
+
+from matplotlib.patches import Rectangle
+
+from ..plotting import CourseFigure
+from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
+
+__all__ = ["kv_cache_step_diagram"]
+
+_NEW = "#e6550d"   # outline of what this step computes
+
+
+def _outline(ax, x: float, y: float, rows: int, cols: int) -> None:
+    ax.add_patch(Rectangle((x, y), cols, rows, fill=False, edgecolor=_NEW, linewidth=2.5, zorder=3))
+
+
+def kv_cache_step_diagram(num_cached: int = 5, d_in: int = 4, head_dim: int = 3) -> CourseFigure:
+    """``num_cached`` tokens already in the cache, the new token at position ``num_cached``."""
+    for name, value in (("num_cached", num_cached), ("d_in", d_in), ("head_dim", head_dim)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    num_keys = num_cached + 1
+    width = d_in + 2 * head_dim + num_keys + 19
+    height = num_keys + 9
+    fig, ax = diagram_canvas(width, height)
+    top = 3.0                                  # row of the query and the scores
+    cache_top = top + 3.5                      # first row of K and V
+    new_row = cache_top + num_cached           # the row this step adds
+    # the new token
+    tensor_grid(ax, 0.5, new_row, 1, d_in, name="", shape_text=f"(1, {d_in})")
+    label(ax, 0.5 + d_in / 2, new_row - 0.6, "new token $x_t$", fontsize=10, fontweight="bold")
+    # the query
+    qx = d_in + 4.0
+    tensor_grid(ax, qx, top, 1, head_dim, color=PALETTE["queries"], name="$q_t = x_t W_q$",
+                shape_text=f"(1, {head_dim})")
+    _outline(ax, qx, top, 1, head_dim)
+    arrow(ax, (0.5 + d_in, new_row + 0.2), (qx, top + 0.8))
+    # the cache: K and V, the new row outlined
+    kx, vx = qx, qx + head_dim + 2.5
+    for x, color, name in ((kx, PALETTE["keys"], "$K$"), (vx, PALETTE["values"], "$V$")):
+        tensor_grid(ax, x, cache_top, num_keys, head_dim, color=color, name=name,
+                    shape_text=f"({num_keys}, {head_dim})")
+        _outline(ax, x, new_row, 1, head_dim)
+    ax.add_patch(Rectangle((kx - 0.25, cache_top - 0.15), vx + head_dim - kx + 0.5, num_cached + 0.05,
+                           fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
+    label(ax, (kx + vx + head_dim) / 2, new_row + 2.3, f"dashed: from the cache (positions 0 to {num_cached - 1})",
+          fontsize=9, color="#3182bd")
+    arrow(ax, (0.5 + d_in, new_row + 0.5), (kx, new_row + 0.5), "$W_k$, $W_v$", fontsize=9)
+    # scores, weights, context: one row each
+    sx = vx + head_dim + 3.0
+    tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"], name="scores $q_t K^\\top$",
+                shape_text=f"(1, {num_keys})")
+    arrow(ax, (qx + head_dim, top + 0.5), (sx, top + 0.5))
+    arrow(ax, (kx + head_dim / 2, cache_top - 0.6), (sx + 0.5, top + 1.1))
+    wy = top + 3.5
+    tensor_grid(ax, sx, wy, 1, num_keys, color=PALETTE["weights"], name="weights $a_t$ (softmax)",
+                shape_text=f"(1, {num_keys})")
+    arrow(ax, (sx + num_keys / 2, top + 1.5), (sx + num_keys / 2, wy - 0.6))
+    zy = wy + 3.5
+    tensor_grid(ax, sx, zy, 1, head_dim, color=PALETTE["context"], name="$z_t = a_t V$",
+                shape_text=f"(1, {head_dim})")
+    arrow(ax, (sx + num_keys / 2, wy + 1.5), (sx + head_dim / 2, zy - 0.6))
+    arrow(ax, (vx + head_dim, new_row + 0.5), (sx, zy + 0.5))
+    for x, y, rows, cols in ((sx, top, 1, num_keys), (sx, wy, 1, num_keys), (sx, zy, 1, head_dim)):
+        _outline(ax, x, y, rows, cols)
+    label(ax, width / 2, 0.8, f"One decoding step: 1 query, 1 new key and value, {num_keys} keys in all "
+                              f"(orange: computed in this step, for position {num_cached})", fontsize=11)
+    return fig
