@@ -22,7 +22,8 @@ from ._checks import check_positive_int
 from .attention import scaled_dot_product_attention
 from .positions import LearnedPositions, apply_rope, sinusoidal_positions
 
-__all__ = ["POSITION_KINDS", "PositionTask", "PositionModel", "train_position_model", "position_accuracy"]
+__all__ = ["POSITION_KINDS", "PositionTask", "PositionModel", "train_position_model", "position_accuracy",
+           "accuracy_table"]
 
 POSITION_KINDS = ("none", "learned", "sinusoidal", "rope")
 IGNORE = -100  # the target of an output with nothing to copy (cross_entropy's ignore_index)
@@ -139,14 +140,45 @@ class PositionModel(nn.Module):
         return (logits, attn_weights) if return_weights else logits
 
 
-def position_accuracy(model: PositionModel, task: PositionTask, token_ids: torch.Tensor) -> float:
-    """Fraction of outputs with a target whose highest logit is that target (``token_ids`` ``(B, T)``)."""
+def position_accuracy(model: PositionModel, task: PositionTask, token_ids: torch.Tensor,
+                      per_position: bool = False) -> float | torch.Tensor:
+    """Fraction of outputs with a target whose highest logit is that target (``token_ids`` ``(B, T)``).
+
+    With ``per_position=True``: a ``(T,)`` CPU tensor, one fraction per output position (``nan`` where an output
+    has nothing to copy).
+    """
     device = next(model.parameters()).device
     targets = task.targets(token_ids).to(device)                                     # (B, T)
     with torch.no_grad():
         answers = model(token_ids.to(device)).argmax(dim=-1)                          # (B, T)
     counted = targets != IGNORE
-    return float((answers == targets)[counted].float().mean())
+    right = (answers == targets).float()
+    if per_position:
+        per_output = right.sum(dim=0) / counted.sum(dim=0)                            # (T,): 0 / 0 = nan
+        return per_output.cpu()
+    return float(right[counted].mean())
+
+
+def accuracy_table(models: dict[tuple[str, str], PositionModel], tasks: dict[str, PositionTask],
+                   test_ids: dict[int, torch.Tensor], columns: list[tuple[str, int]]) -> str:
+    """A printable table: one row per kind of position, one column per ``(task name, T)`` in ``columns``.
+
+    ``models[(task name, kind)]`` is scored with :func:`position_accuracy` on ``test_ids[T]`` ``(B, T)``; a model
+    that cannot read ``T`` tokens (a learned table that is too short) says ``not defined``.
+    """
+    kinds = list(dict.fromkeys(kind for _, kind in models))
+    for name, num_tokens in columns:
+        if name not in tasks or num_tokens not in test_ids:
+            raise ValueError(f"columns: no task {name!r} or no test_ids for T={num_tokens}")
+    lines = [f"{'position':<12}" + "".join(f"{f'{name}, T={T}':>20}" for name, T in columns)]
+    for kind in kinds:
+        cells = []
+        for name, num_tokens in columns:
+            model = models[(name, kind)]
+            cells.append(f"{position_accuracy(model, tasks[name], test_ids[num_tokens]):.0%}"
+                         if model.supports(num_tokens) else "not defined")
+        lines.append(f"{kind:<12}" + "".join(f"{cell:>20}" for cell in cells))
+    return "\n".join(lines)
 
 
 def train_position_model(task: PositionTask, position: str, *, num_tokens: int = 8, num_steps: int = 200,

@@ -130,16 +130,14 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
     elif _check_positions(positions).shape[0] != num_tokens:
         raise ValueError(f"positions must have one entry per token, shape ({num_tokens},), "
                          f"got {tuple(positions.shape)}")
-    angles = rope_angles(positions, head_dim, base).to(x.device)                # (T, D / 2)
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    if pairs == "adjacent":
-        a, b = x[..., 0::2], x[..., 1::2]                                       # (..., T, D / 2) each
-    else:
+    angles = rope_angles(positions, head_dim, base).to(x.device)                # (T, D / 2): i * omega_r
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)               # (T, D / 2) each
+    if pairs == "halves":                                                       # pair r: dimensions r, r + D / 2
         a, b = x[..., : head_dim // 2], x[..., head_dim // 2:]
+        return torch.cat((a * cos - b * sin, a * sin + b * cos), dim=-1)        # (..., T, D)
+    a, b = x[..., 0::2], x[..., 1::2]                                           # (..., T, D / 2) each
     turned_a, turned_b = a * cos - b * sin, a * sin + b * cos                   # a 2-D rotation per pair
-    if pairs == "adjacent":
-        return torch.stack((turned_a, turned_b), dim=-1).flatten(-2)           # (..., T, D / 2, 2) -> (..., T, D)
-    return torch.cat((turned_a, turned_b), dim=-1)                              # (..., T, D)
+    return torch.stack((turned_a, turned_b), dim=-1).flatten(-2)               # (..., T, D / 2, 2) -> (..., T, D)
 
 
 def halves_to_adjacent(head_dim: int) -> torch.Tensor:

@@ -26,7 +26,14 @@ def _similarity_by_cos_identity_einsum(num_tokens, d_in):
             + torch.einsum("ir,jr->ij", shifted, shifted)).float()
 
 
-@pytest.mark.parametrize("answer", [_similarity_by_outer_cos, _similarity_by_cos_identity_einsum])
+def _similarity_with_angular_frequencies(num_tokens, d_in):
+    from helpers.positions import angular_frequencies     # the task says it may be used
+    positions = torch.arange(num_tokens)
+    return torch.cos((positions[None, :] - positions[:, None])[..., None] * angular_frequencies(d_in)).sum(-1)
+
+
+@pytest.mark.parametrize("answer", [_similarity_by_outer_cos, _similarity_by_cos_identity_einsum,
+                                    _similarity_with_angular_frequencies])
 def test_position_similarity_accepts_every_right_form(answer):
     """Also a form that writes the frequencies as exp(-log(10000) * 2r / d_in), as the Annotated Transformer does."""
     feedback = lesson09.position_similarity.check(answer)
@@ -75,8 +82,8 @@ def _rope_attention_with_sdpa(queries, keys, values):
 
 
 def test_rope_attention_accepts_torch_sdpa_and_names_the_bug():
-    assert lesson09.rope_on_values.check(_rope_attention_with_sdpa).passed
-    feedback = lesson09.rope_on_values.check(lesson09.rope_on_values.buggy)
+    assert lesson09.drifting_attention.check(_rope_attention_with_sdpa).passed
+    feedback = lesson09.drifting_attention.check(lesson09.drifting_attention.buggy)
     assert feedback.status == "wrong" and "values are rotated too" in feedback.message
 
 
@@ -87,12 +94,28 @@ def test_rope_attention_accepts_torch_sdpa_and_names_the_bug():
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1), -1) @ v, "values are not"),
 ])
 def test_rope_attention_rejects_wrong_answers(wrong, words):
-    feedback = lesson09.rope_on_values.check(wrong)
+    feedback = lesson09.drifting_attention.check(wrong)
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-@pytest.mark.parametrize("exercise", [lesson09.position_similarity, lesson09.rope_on_values])
+@pytest.mark.parametrize("exercise", [lesson09.position_similarity, lesson09.drifting_attention])
 def test_no_hint_gives_the_answer_away(exercise):
     solution_lines = {line.strip() for line in __import__("inspect").getsource(exercise._solution).splitlines()[1:]}
     for hint in exercise._hints:
         assert not any(line and line in hint for line in solution_lines if len(line) > 20), hint
+
+
+def test_the_shift_check_the_task_suggests_exposes_the_bug():
+    # Shifting every position by 10 leaves right RoPE attention unchanged and moves the buggy one's outputs.
+    g = torch.Generator().manual_seed(0)
+    queries, keys, values = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
+    positions = torch.arange(6)
+
+    def attention(rotate_values, shift):
+        q, k = apply_rope(queries, positions + shift), apply_rope(keys, positions + shift)
+        v = apply_rope(values, positions + shift) if rotate_values else values
+        return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+
+    torch.testing.assert_close(attention(False, 10), attention(False, 0))
+    assert not torch.allclose(attention(True, 10), attention(True, 0), atol=1e-3)
+    torch.testing.assert_close(lesson09.drifting_attention.buggy(queries, keys, values), attention(True, 0))

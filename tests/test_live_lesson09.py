@@ -86,3 +86,17 @@ def test_long_sequence_figure_shows_each_models_weights():
         torch.testing.assert_close(torch.as_tensor(np.asarray(ax.images[0].get_array())), weights[0, 1])
         assert "head 1" in ax.get_title() and "$T = 12$" in ax.get_title()
         assert len([p for p in ax.patches]) == 12 - 2   # one red box per output with a source
+
+
+def test_long_sequence_figure_marks_the_trained_length_and_labels_strong_other_diagonals():
+    task = PositionTask("copy_back", offset=2)
+    model = train_position_model(task, "rope", num_steps=200, seed=0)
+    ids = task.sample(1, 32, torch.Generator().manual_seed(5))[0]
+    plain = long_sequence_figure({"RoPE": model}, task, ids)
+    marked = long_sequence_figure({"RoPE": model}, task, ids, trained_tokens=8)
+    assert len(marked.axes[0].lines) == len(plain.axes[0].lines) + 2
+    assert any(line.get_ydata()[0] == 7.5 for line in marked.axes[0].lines)
+    labels = [t.get_text() for t in marked.axes[0].texts if "j - i" in t.get_text()]
+    assert "$j - i = +17$" in labels and "$j - i = -2$" not in labels
+    none = long_sequence_figure({"RoPE": model}, task, ids, min_diagonal_weight=1.1)
+    assert not [t for t in none.axes[0].texts if "j - i" in t.get_text()]

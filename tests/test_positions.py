@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers.attention import scaled_dot_product_attention
-from helpers.position_model import POSITION_KINDS, PositionModel, PositionTask, position_accuracy, train_position_model
+from helpers.position_model import (POSITION_KINDS, PositionModel, PositionTask, accuracy_table, position_accuracy,
+                                   train_position_model)
 from helpers.positions import (LearnedPositions, angular_frequencies, apply_rope, halves_to_adjacent, rope_angles,
                                sinusoidal_positions)
 
@@ -228,6 +229,32 @@ def test_training_is_reproducible_and_learns_copy_back_with_rope():
     assert position_accuracy(first, task, test_ids) > 0.9
     blind = train_position_model(task, "none", num_steps=120, seed=0)
     assert position_accuracy(blind, task, test_ids) < 0.5
+
+
+def test_accuracy_per_position_averages_to_the_accuracy_and_skips_outputs_without_a_target():
+    task = PositionTask("copy_back", offset=2)
+    model = train_position_model(task, "rope", num_steps=20, seed=0)
+    ids = task.sample(40, 8, torch.Generator().manual_seed(1))
+    per_output = position_accuracy(model, task, ids, per_position=True)
+    assert per_output.shape == (8,) and per_output[:2].isnan().all() and not per_output[2:].isnan().any()
+    assert math.isclose(float(per_output[2:].mean()), position_accuracy(model, task, ids), rel_tol=1e-6)
+    with torch.no_grad():
+        answers = model(ids).argmax(-1)
+    assert math.isclose(float(per_output[5]), float((answers[:, 5] == ids[:, 3]).float().mean()), rel_tol=1e-6)
+
+
+def test_accuracy_table_scores_every_model_and_says_when_a_length_cannot_be_read():
+    task = PositionTask("copy_back", offset=2)
+    models = {("copy", kind): train_position_model(task, kind, num_steps=5, seed=0) for kind in ("none", "learned")}
+    test_ids = {T: task.sample(50, T, torch.Generator().manual_seed(1)) for T in (8, 16)}
+    table = accuracy_table(models, {"copy": task}, test_ids, [("copy", 8), ("copy", 16)]).splitlines()
+    assert len(table) == 3 and "copy, T=8" in table[0] and "copy, T=16" in table[0]
+    assert table[1].split()[0] == "none" and f"{position_accuracy(models[('copy', 'none')], task, test_ids[16]):.0%}" \
+        in table[1]
+    assert table[2].split()[0] == "learned" and table[2].endswith("not defined")
+    assert "not defined" not in table[1]
+    with pytest.raises(ValueError, match="columns"):
+        accuracy_table(models, {"copy": task}, test_ids, [("copy", 32)])
 
 
 @pytest.mark.parametrize("call, error, words", [

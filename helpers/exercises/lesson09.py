@@ -2,7 +2,8 @@
 
 1. the dot product of two sinusoidal position vectors, from their distance alone (without building ``P``); a known
    mistake is the classic one of frequencies off by a factor, ``10000 ** (-r / d)`` for ``10000 ** (-2r / d)``;
-2. spot the bug: RoPE applied to the values as well as to the queries and keys.
+2. spot the bug: attention whose outputs drift when the whole sentence shifts (RoPE applied to the values as
+   well as to the queries and keys).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..positions import apply_rope, sinusoidal_positions
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["position_similarity", "rope_on_values"]
+__all__ = ["position_similarity", "drifting_attention"]
 
 
 # --- 1. P_i . P_j from i - j ------------------------------------------------------------------------------------
@@ -61,8 +62,8 @@ def _similarity_per_dimension(num_tokens, d_in):
 position_similarity = FunctionExercise(
     "The dot product of two position vectors",
     "write position_similarity(num_tokens, d_in): the (num_tokens, num_tokens) matrix of dot products P_i . P_j "
-    "of the sinusoidal position vectors, computed from the distance i - j and the frequencies omega_r, without "
-    "building P (no torch.sin, no sinusoidal_positions) and without a Python loop.",
+    "of the sinusoidal position vectors, without building P (no torch.sin, no sinusoidal_positions) and without a "
+    "Python loop. You may use angular_frequencies(d_in) for the omega_r.",
     reference=_reference_similarity,
     cases=_similarity_cases,
     hint=["Write out one pair r of P_i . P_j: sin(i w) sin(j w) + cos(i w) cos(j w). Which trigonometric identity "
@@ -87,7 +88,7 @@ position_similarity = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: RoPE on the values ---------------------------------------------------------------------------
+# --- 2. spot the bug: outputs that drift when the sentence shifts (RoPE on the values) ---------------------------------------------------------------------------
 def _qkv_cases(g: torch.Generator) -> list[Case]:
     def case(description, *shape):
         return Case(description, (randn(g, *shape), randn(g, *shape), randn(g, *shape)))
@@ -125,15 +126,18 @@ def _rope_after_scaling(queries, keys, values):
     return attn_weights @ values
 
 
-rope_on_values = SpotTheBug(
-    "Spot the bug: RoPE on the values",
+drifting_attention = SpotTheBug(
+    "Spot the bug: attention whose outputs drift when the sentence shifts",
     "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE (apply_rope) "
-    "making the scores depend on the offset j - i: inputs (..., T, head_dim), output the context vectors "
-    "(..., T, head_dim). The code below runs and its weights are right, yet its context vectors are wrong. "
-    "Find the bug and fix it.",
+    "making the scores depend on the offset j - i only: inputs (..., T, head_dim), output the context vectors "
+    "z_i = sum_j a_ij v_j (..., T, head_dim), with the values as given. The code below runs and its weights are "
+    "right, yet its context vectors are wrong. Check: shift every position by the same constant (apply_rope(x, "
+    "positions + 10)); right attention gives the same outputs. Find the bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["Which of the three kinds of vector takes part in a score s_ij, and which is only mixed by the weights?",
+    hint=["Run the code with positions 0..T-1 and again with positions 10..T+9 (the positions argument of "
+          "apply_rope): which outputs change, and which vectors did the shift reach?",
+          "Which of the three kinds of vector takes part in a score s_ij, and which is only mixed by the weights?",
           "A value v_j carries WHAT token j says. Rotating it by R_j changes what the context vector z_i reads, "
           "by an amount that depends on j's absolute position."],
     solution=_solution_rope_attention,

@@ -27,9 +27,9 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
     fig = new_figure(12.0, 4.6, ncols=2)
     left, right = fig.axes
     heatmap = Heatmap(left, encoding, [str(i) for i in range(num_tokens)], [str(c) for c in range(d_in)],
-                      cmap="RdBu", vmin=-1.0, vmax=1.0, annotate=False, xlabel="dimension (columns 2r, 2r+1: pair r)",
+                      cmap="RdBu", vmin=-1.0, vmax=1.0, annotate=False, xlabel="column $c$ (columns $2r$, $2r+1$: pair $r$)",
                       ylabel="position $i$", title=f"Sinusoidal $P$, $T = {num_tokens}$, $d_\\mathrm{{in}} = {d_in}$",
-                      colorbar_label="$P_{i}$, one entry")
+                      colorbar_label="value of $P_{i,c}$ (position $i$, column $c$)")
     left.set_yticks(range(0, num_tokens, 8), labels=[str(i) for i in range(0, num_tokens, 8)])
     left.set_xticks(range(0, d_in, 4), labels=[str(c) for c in range(0, d_in, 4)], rotation=0, ha="center")
     heatmap.image.set_animated(False)
@@ -87,9 +87,9 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
     plane.axvline(0, color="gray", linewidth=0.6)
     faint_q, faint_k = _arrow(plane, "tab:orange", ":", 0.6), _arrow(plane, "tab:green", ":", 0.6)
     arrow_q, arrow_k = _arrow(plane, "tab:orange"), _arrow(plane, "tab:green")
-    plane.legend([arrow_q, arrow_k, faint_q], ["query pair, turned by $i\\,\\omega_r$",
-                                               "key pair, turned by $j\\,\\omega_r$", "before turning"],
-                 loc="lower left", fontsize=8.5)
+    plane.legend([arrow_q, faint_q, arrow_k, faint_k],
+                 ["query pair, turned by $i\\,\\omega_r$", "query pair before turning",
+                  "key pair, turned by $j\\,\\omega_r$", "key pair before turning"], loc="lower left", fontsize=8.5)
     scores.plot(offsets, curve, color="tab:blue")
     scores.axhline(0, color="gray", linewidth=0.6)
     dot, = scores.plot([0], [0], "o", color="red", markersize=9)
@@ -124,10 +124,13 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
 
 
 def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, token_ids: torch.Tensor,
-                         head: int = 0) -> CourseFigure:
+                         head: int = 0, trained_tokens: int | None = None,
+                         min_diagonal_weight: float = 0.2) -> CourseFigure:
     """One heatmap per model: head ``head``'s weights on one sequence ``(T,)``, longer than the training ones.
 
-    Red boxes mark each output's source ``i - offset``; outputs with nothing to copy have none.
+    Red boxes mark each output's source ``i - offset``; outputs with nothing to copy have none. Dashed lines mark
+    the trained length ``trained_tokens`` (after row and column ``trained_tokens - 1``). Any other diagonal
+    ``j - i`` whose mean weight is at least ``min_diagonal_weight`` gets a label with its offset.
     """
     num_tokens = token_ids.shape[-1]
     fig = new_figure(5.6 * len(models) + 0.6, 5.0, ncols=len(models))
@@ -145,4 +148,18 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
         for i in range(task.offset, num_tokens):
             ax.add_patch(Rectangle((i - task.offset - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red",
                                    linewidth=1.0, zorder=3))
+        if trained_tokens is not None and trained_tokens < num_tokens:
+            for line in (ax.axhline, ax.axvline):
+                line(trained_tokens - 0.5, color="white", linestyle="--", linewidth=1.2, zorder=4)
+            ax.text(trained_tokens + 0.2, num_tokens - 1.2, f"trained: $T = {trained_tokens}$",
+                    color="white", fontsize=8.5, zorder=5)
+        matrix = weights[0, head].cpu()
+        for offset in range(-(num_tokens - 1), num_tokens):
+            diagonal = torch.diagonal(matrix, offset)                               # a_{i, i + offset}
+            if offset != -task.offset and float(diagonal.mean()) >= min_diagonal_weight:
+                middle = len(diagonal) // 3
+                row = middle - min(offset, 0)
+                ax.annotate(f"$j - i = {offset:+d}$", (row + offset, row), xytext=(8, -3),
+                            textcoords="offset points", fontsize=8.5, color="black", zorder=5,
+                            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", alpha=0.85, linewidth=0))
     return fig
