@@ -25,8 +25,12 @@ from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
+from .number_words import *  # noqa: F401,F403
+from .number_words import __all__ as _number_words_all
 from .positions import *  # noqa: F401,F403
 from .positions import __all__ as _positions_all
+from .position_model import *  # noqa: F401,F403
+from .position_model import __all__ as _position_model_all
 from .source import *  # noqa: F401,F403
 from .source import __all__ as _source_all
 from .tasks import *  # noqa: F401,F403
@@ -37,5 +41,5 @@ from .toy_model import AttentionOnlyModel, BidirectionalAttention, FetchTask, To
 _toy_model_all = ["AttentionOnlyModel", "BidirectionalAttention", "FetchTask", "ToyTrainingRun", "train_toy_model"]
 
 __all__ = [*_attention_all, *_cross_attention_all, *_data_all, *_device_all, *_dropout_all, *_efficient_all,
-           *_generation_all, *_heads_all, *_masks_all, *_modules_all, *_positions_all, *_source_all, *_tasks_all,
-           *_toy_model_all]
+           *_generation_all, *_heads_all, *_masks_all, *_modules_all, *_number_words_all, *_position_model_all,
+           *_positions_all, *_source_all, *_tasks_all, *_toy_model_all]
