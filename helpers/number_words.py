@@ -131,8 +131,8 @@ class NumberWordsTask:
         return ["pad" if d == self.pad_id else str(d) for d in source_ids.tolist()]
 
     def source_labels(self, source_ids: torch.Tensor) -> list[str]:
-        """Labels of one source ``(T_k,)`` for a heatmap axis: ``"3·0"`` (digit 3 at position 0), ``"pad·6"``."""
-        return [f"{token}·{j}" for j, token in enumerate(self.source_tokens(source_ids))]
+        """Heatmap labels of one source ``(T_k,)``, token over position: ``"3\\npos 0"``, ``"pad\\npos 6"``."""
+        return [f"{token}\npos {j}" for j, token in enumerate(self.source_tokens(source_ids))]
 
     def target_words(self, target_ids: torch.Tensor) -> list[str]:
         """Words of one target ``(T_q,)``: ``["thirty-one", "forty-seven", "pad", "pad"]``."""

@@ -190,7 +190,7 @@ def test_task_samples_padded_sources_and_matching_targets():
     assert ideal.shape == (2, 4, 8) and torch.equal(ideal.sum(dim=(0, 2)), torch.full((4,), 2.0))
     first = torch.tensor([7, 8, 5, 3, 10, 10, 10, 10])
     assert task.source_tokens(first) == ["7", "8", "5", "3", "pad", "pad", "pad", "pad"]
-    assert task.source_labels(first)[:2] == ["7·0", "8·1"]
+    assert task.source_labels(first)[:2] == ["7\npos 0", "8\npos 1"]
     assert task.target_words(task.targets(first)) == ["seventy-eight", "fifty-three", "pad", "pad"]
 
 

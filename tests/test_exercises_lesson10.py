@@ -6,6 +6,7 @@ import torch
 
 from helpers.exercises import lesson10
 from helpers.masks import causal_mask
+from helpers.modules import MultiHeadAttention
 
 
 def test_the_buggy_code_does_not_name_its_bug():
@@ -80,11 +81,24 @@ def test_spot_the_bug_accepts_another_right_form():
     assert lesson10.cross_from_parts.check(_cross_with_sdpa).passed
 
 
-def test_spot_the_bug_names_the_bug_and_forbids_calling_the_module():
+def test_spot_the_bug_names_the_bug_and_forbids_calling_a_cross_attention_module():
+    from helpers.cross_attention import CrossAttention
     feedback = lesson10.cross_from_parts.check(lesson10.cross_from_parts.buggy)
-    assert feedback.status == "wrong" and "causal" in feedback.message
-    feedback = lesson10.cross_from_parts.check(lambda m, x, s, p: m(x, s, p))
+    assert feedback.status == "wrong" and "causal" in feedback.message and "module.mask" in feedback.message
+
+    def through_the_module(module, x, source, source_padding_mask):
+        cross = CrossAttention(module.d_in, module.d_out, 0.0, module.num_heads)
+        cross.load_state_dict(module.state_dict(), strict=False)
+        return cross(x, source, source_padding_mask)
+    feedback = lesson10.cross_from_parts.check(through_the_module)
     assert feedback.status == "wrong" and "from the module's parts" in feedback.message, feedback.message
+
+
+def test_the_buggy_code_is_notebook_06s_forward_with_its_mask_buffer():
+    """The bug is a carry-over: the causal mask comes from the 06 layer's `mask` buffer, not from a fresh triu."""
+    import inspect
+    source = inspect.getsource(lesson10.cross_from_parts.buggy)
+    assert "module.mask[:num_queries, :num_keys]" in source and "triu" not in source
 
 
 def test_spot_the_bug_rejects_queries_from_the_source():
@@ -102,9 +116,11 @@ def test_the_bug_matters_on_the_lessons_task():
     source = model.digit_embedding(test_ids) + model.source_position.weight
     x = model.output_position.weight.expand(len(test_ids), -1, -1)
     pad = task.source_padding_mask(test_ids)
+    layer = MultiHeadAttention(32, 32, task.num_keys, 0.0, 2)          # notebook 06's layer, the trained weights
+    layer.load_state_dict(model.cross_attention.state_dict(), strict=False)
     with torch.no_grad():
-        right = model.unembed(lesson10.cross_from_parts._solution(model.cross_attention, x, source, pad))
-        buggy = model.unembed(lesson10.cross_from_parts.buggy(model.cross_attention, x, source, pad))
+        right = model.unembed(lesson10.cross_from_parts._solution(layer, x, source, pad))
+        buggy = model.unembed(lesson10.cross_from_parts.buggy(layer, x, source, pad))
     targets = task.targets(test_ids)
     real = targets != task.ignore_id
     assert (right.argmax(-1) == targets)[real].float().mean() == 1.0

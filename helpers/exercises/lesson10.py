@@ -1,7 +1,7 @@
 """Exercises for notebook 10: cross-attention.
 
 1. the decoder's two masks: which mask goes into the decoder's self-attention, which into its cross-attention;
-2. spot the bug: cross-attention computed from a module's parts.
+2. spot the bug: cross-attention from notebook 06's MultiHeadAttention, its causal mask carried over.
 """
 
 from __future__ import annotations
@@ -86,14 +86,16 @@ decoder_masks = FunctionExercise(
     "The decoder's two masks",
     "write decoder_masks(target_padding_mask, source_padding_mask): target_padding_mask (B, T_q) and "
     "source_padding_mask (B, T_k) are True at padding tokens. Return (self_mask, cross_mask), bool, True = hide: "
-    "self_mask (B, T_q, T_q) for the decoder's self-attention (queries and keys: the target) hides the future and "
-    "the target's padding tokens as keys; cross_mask (B, T_q, T_k) for its cross-attention (queries: the target; "
-    "keys: the source) hides exactly what that layer must not see.",
+    "self_mask (B, T_q, T_q) for the decoder's masked self-attention (queries and keys from the target), "
+    "cross_mask (B, T_q, T_k) for its cross-attention (queries from the target, keys from the source). Each mask "
+    "hides exactly what its layer must not see: no word may read what has not been written yet, and no query "
+    "reads padding. Decide for each layer which of these apply.",
     reference=_reference_masks,
     cases=_mask_cases,
     hint=["Take the two layers one at a time and ask, for each: which sequence do its keys come from, and what "
           "must a query not see among those keys, the future, the padding, or both?",
-          "A padding mask hides keys. Which axis of a (B, rows, columns) mask holds the keys?"],
+          "A padding mask hides padding tokens wherever they would be read, the same for every query. Which "
+          "tokens does each layer read?"],
     solution=_solution_decoder_masks,
     mistakes=[
         Mistake(_causal_in_cross,
@@ -121,43 +123,49 @@ decoder_masks = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: cross-attention from its parts -----------------------------------------------------------
-def _module(seed: int, d_in: int, d_out: int, num_heads: int, d_source: int):
-    from ..cross_attention import CrossAttention
+# --- 2. spot the bug: cross-attention from notebook 06's layer ----------------------------------------------
+def _module(seed: int, d_in: int, d_out: int, num_heads: int, context_length: int):
+    from ..modules import MultiHeadAttention
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return CrossAttention(d_in, d_out, 0.0, num_heads, d_source=d_source).eval()
+        return MultiHeadAttention(d_in, d_out, context_length, 0.0, num_heads).eval()
 
 
 def _module_cases(g: torch.Generator) -> list[Case]:
-    def case(description, lengths, num_queries, num_keys, d_in, d_out, num_heads, d_source):
-        module = _module(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), d_in, d_out, num_heads, d_source)
+    def case(description, lengths, num_queries, num_keys, d_in, d_out, num_heads, context_length):
+        module = _module(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), d_in, d_out, num_heads,
+                         context_length)
         batch_size = len(lengths)
         x = randn(g, batch_size, num_queries, d_in)
-        source = randn(g, batch_size, num_keys, d_source)
+        source = randn(g, batch_size, num_keys, d_in)
         return Case(description, (module, x, source, padding_mask(lengths, num_keys)))
     return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d_in = d_out = 32, 2 heads, 1 to 4 numbers",
-                 [8, 4, 2], 4, 8, 32, 32, 2, 32),
-            case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_source 7, d_out 8, 4 heads",
-                 [3, 2], 6, 3, 5, 8, 4, 7),
-            case("1 sequence, T_q = 2, T_k = 5, no padding, 1 head", [5], 2, 5, 4, 6, 1, 3)]
+                 [8, 4, 2], 4, 8, 32, 32, 2, 8),
+            case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_out 8, 4 heads", [3, 2], 6, 3, 5,
+                 8, 4, 6),
+            case("1 sequence, T_q = 2, T_k = 5, no padding, 1 head", [5], 2, 5, 4, 6, 1, 5)]
 
 
 def _reference_cross(module, x, source, source_padding_mask):
+    """What CrossAttention with the same four projections returns."""
+    from ..cross_attention import CrossAttention
+    cross = CrossAttention(module.d_in, module.d_out, 0.0, module.num_heads).eval()
+    cross.load_state_dict({k: v for k, v in module.state_dict().items() if k != "mask"})
     with torch.no_grad():
-        return module(x, source, source_padding_mask)
+        return cross(x, source, source_padding_mask)
 
 
 def buggy_cross_attention(module, x, source, source_padding_mask):
-    # x (B, T_q, d_in), source (B, T_k, d_source), source_padding_mask (B, T_k) -> (B, T_q, d_out)
+    # notebook 06's MultiHeadAttention.forward, turned into cross-attention: keys and values now read the source
+    # x (B, T_q, d_in), source (B, T_k, d_in), source_padding_mask (B, T_k) -> (B, T_q, d_out)
     batch_size, num_queries, _ = x.shape
     num_keys = source.shape[1]
     heads = (module.num_heads, module.head_dim)
     queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
     keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
     values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    hidden = torch.triu(torch.ones(num_queries, num_keys, dtype=torch.bool), diagonal=1)  # (T_q, T_k)
-    mask = hidden | source_padding_mask[:, None, None, :]                                # (B, 1, T_q, T_k)
+    mask = module.mask[:num_queries, :num_keys].bool()                                   # (T_q, T_k)
+    mask = mask | source_padding_mask[:, None, None, :]                                  # (B, 1, T_q, T_k)
     context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
     context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
     return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
@@ -170,7 +178,7 @@ def _solution_cross_attention(module, x, source, source_padding_mask):
     queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
     keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
     values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    mask = source_padding_mask[:, None, None, :]     # only the source's padding: (B, 1, 1, T_k)
+    mask = source_padding_mask[:, None, None, :]     # only the source's padding: (B, 1, 1, T_k); no module.mask
     context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
     context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
     return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
@@ -191,28 +199,29 @@ def _no_mask(module, x, source, source_padding_mask):
 
 
 def _causal_only(module, x, source, source_padding_mask):
-    return _attend(module, x, source, torch.triu(torch.ones(x.shape[1], source.shape[1], dtype=torch.bool), 1))
+    return _attend(module, x, source, module.mask[:x.shape[1], :source.shape[1]].bool())
 
 
 cross_from_parts = SpotTheBug(
-    "Spot the bug: cross-attention from its parts",
-    "cross_attention(module, x, source, source_padding_mask) should compute what a CrossAttention module "
-    "returns, module(x, source, source_padding_mask), from its parts (module.W_query, W_key, W_value, out_proj, "
-    "num_heads, head_dim, d_out) and scaled_dot_product_attention, without calling module(...) itself. This "
-    "version runs and returns the right shape, but its answer is wrong. Find the bug and fix it.",
+    "Spot the bug: cross-attention from notebook 06's layer",
+    "cross_attention(module, x, source, source_padding_mask) reuses the projections of notebook 06's "
+    "MultiHeadAttention (module.W_query, W_key, W_value, out_proj, num_heads, head_dim, d_out) as cross-attention: "
+    "queries from x, keys and values from source. It should return what a CrossAttention with those same weights "
+    "returns, computed with scaled_dot_product_attention. This version, adapted from the layer's own forward, runs "
+    "and returns the right shape, but its answer is wrong. Find the bug and fix it.",
     reference=_reference_cross,
     cases=_module_cases,
     hint=["Look at the mask row by row. In the number-words model, which source tokens may output word 0 read "
           "with this mask, and which does it need?",
-          "Ask of each part of the mask: is this something the decoder must not see? The source is complete before "
-          "the first word is written."],
+          "Ask of each part of the mask where it came from in notebook 06, and whether cross-attention must hide "
+          "it. The source is complete before the first word is written."],
     solution=_solution_cross_attention,
     buggy=buggy_cross_attention,
-    bug_message="the mask includes a causal part, copied from the decoder's self-attention: query i may only read "
-                "source tokens 0 to i. Cross-attention reads a source that is complete before any word is written, "
-                "so every query may read every real source token; only the source's padding is hidden. In the "
-                "number-words model, output 0 needs digits 0 and 1 but would see only digit 0, and output 1 needs "
-                "digits 2 and 3 but would see only digits 0 and 1.",
+    bug_message="the mask keeps module.mask, notebook 06's causal mask, carried over from the layer's "
+                "self-attention: query i may only read source tokens 0 to i. Cross-attention reads a source that is "
+                "complete before any word is written, so every query may read every real source token; only the "
+                "source's padding is hidden. In the number-words model, output 0 needs digits 0 and 1 but would "
+                "see only digit 0, and output 1 needs digits 2 and 3 but would see only digits 0 and 1.",
     mistakes=[
         Mistake(_no_mask, "your function hides nothing: the queries now read the source's padding too. Keep the "
                           "source padding mask, on the key axis."),

@@ -19,7 +19,7 @@ from ..widgets import LiveFigure, int_slider
 
 __all__ = ["output_labels", "ideal_alignment_figure", "cross_weights_figure", "cross_attention_explorer"]
 
-XLABEL = "key: source token $j$ (digit·position)"
+XLABEL = "key: source token $j$ (the digit, over its position $j$)"
 YLABEL = "query: output word $i$"
 ROW_OUTLINE = "#00bfff"  # the chosen output word's row: not red, which marks the ideal pattern
 NEEDED, NOT_NEEDED = "#08519c", "#f0f0f0"   # the ideal pattern: two colours, not a colour scale
@@ -36,6 +36,12 @@ def output_labels(task: NumberWordsTask, source_ids: torch.Tensor, answers: torc
         written = "pad" if word == "pad" else number_to_words(answer + 10)   # target id t is the number t + 10
         labels.append(f"out {i}: {written}" + ("" if written == word else " ✗"))
     return labels
+
+
+def _upright_keys(ax: Axes) -> None:
+    """Key labels (digit over position) read best upright, centred under their column."""
+    for label in ax.get_xticklabels():
+        label.set(rotation=0, ha="center", rotation_mode="default")
 
 
 def _pad_patches(ax: Axes, num_rows: int, num_keys: int, bottom: float | None = None,
@@ -74,6 +80,7 @@ def _heatmap(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids:
                       xlabel=XLABEL, ylabel=YLABEL, title=title, colorbar_label=colorbar_label)
     if not colorbar:
         heatmap.colorbar.remove()
+    _upright_keys(ax)
     patches = _pad_patches(ax, task.num_queries, task.num_keys)
     _show_padding(patches, task.source_padding_mask(source_ids))
     boxes = _ideal_boxes(ax, task)
@@ -87,7 +94,7 @@ def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> C
     Dark cells: word ``i`` needs digit ``j``; light cells: it does not; hatched: the source's padding. Only the
     example's real words get dark cells (a padded word needs nothing).
     """
-    fig = new_figure(6.4, 3.6)
+    fig = new_figure(7.6, 3.6)
     ax = fig.axes[0]
     real = (task.targets(source_ids) != task.ignore_id).float()                # (T_q,)
     needed = task.ideal_pattern().sum(dim=0) * real[:, None]                   # (T_q, T_k): 1 = needed
@@ -97,6 +104,7 @@ def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> C
                       title=f"What output word $i$ needs: a $(T_q, T_k) = ({task.num_queries}, {task.num_keys})$ "
                             "pattern")
     heatmap.colorbar.remove()
+    _upright_keys(ax)
     _show_padding(_pad_patches(ax, task.num_queries, task.num_keys), task.source_padding_mask(source_ids))
     ax.legend(handles=[Patch(facecolor=NEEDED, label="word $i$ needs digit $j$"),
                        Patch(facecolor=NOT_NEEDED, edgecolor="#bdbdbd", label="not needed"),
@@ -153,6 +161,7 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
         ax = fig.add_subplot(grid[1, head])
         chart = Bars(ax, weights[0, head, 0], task.source_labels(source_ids[0]), ylim=(0.0, 1.05),
                      xlabel=XLABEL, ylabel="weight $a_{ij}$" if head == 0 else "", annotate=True)
+        _upright_keys(ax)
         bars.append(chart)
         pads.append(_pad_patches(ax, 1, task.num_keys, bottom=0.0, height=1.05))
         changing += pads[-1]
@@ -168,6 +177,7 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
             maps[head].ax.set_yticklabels(rows)
             for ax in (maps[head].ax, bars[head].ax):
                 ax.set_xticklabels(task.source_labels(source_ids[example]))
+                _upright_keys(ax)
             row = weights[example, head, output_word]
             bars[head].update(row, title=f"head {head}: the weights of {rows[output_word].split(': ')[0]} "
                                          f"(row {output_word} of $A$)")
