@@ -3,6 +3,8 @@
 import torch
 
 from helpers.exercises import lesson11
+from helpers.generation import decode_mask
+from helpers.masks import sliding_window_mask
 
 
 def test_window_mask_accepts_other_right_forms():
@@ -21,14 +23,50 @@ def test_window_mask_names_the_top_left_alignment_of_is_causal():
     assert feedback.status == "wrong" and "top-left" in feedback.message
 
 
-def test_cached_positions_rejects_calling_the_model_itself():
-    def calls_model(model, prompt_ids, num_new_tokens):
-        from helpers.generation import generate
-        return generate(model, prompt_ids, num_new_tokens).logits
-    feedback = lesson11.cached_positions.check(calls_model)
-    assert feedback.status == "wrong" and "parts" in feedback.message
+def test_window_mask_rejects_calling_the_course_masks():   # as a notebook imports them: module-level names
+    def via_decode_mask(num_queries, num_keys, window_size):
+        return decode_mask(num_queries, num_keys, window_size)
+
+    def via_sliding_window(num_queries, num_keys, window_size):
+        return sliding_window_mask(num_keys, window_size)[num_keys - num_queries:]
+
+    for answer in (via_decode_mask, via_sliding_window):
+        feedback = lesson11.window_mask.check(answer)
+        assert feedback.status == "wrong" and "not to call" in feedback.message
 
 
-def test_cached_positions_names_the_forgotten_offset():
-    feedback = lesson11.cached_positions.check(lesson11.cached_positions.buggy)
-    assert "position 0" in feedback.message and "num_seen" in feedback.message
+def test_grouped_heads_names_repeat_instead_of_repeat_interleave():
+    feedback = lesson11.grouped_heads.check(lesson11.grouped_heads.buggy)
+    assert feedback.status == "wrong" and "repeat_interleave" in feedback.message
+
+
+def test_grouped_heads_names_the_top_left_mask():
+    def top_left(queries, keys, values):
+        group = queries.shape[1] // keys.shape[1]
+        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
+        mask = torch.ones(queries.shape[2], keys.shape[2], dtype=torch.bool).triu(1)
+        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ values
+    feedback = lesson11.grouped_heads.check(top_left)
+    assert feedback.status == "wrong" and "top-left" in feedback.message
+
+
+def test_grouped_heads_accepts_an_index_form_and_rejects_torchs_gqa():
+    def by_index(queries, keys, values):
+        group = queries.shape[1] // keys.shape[1]
+        index = torch.arange(queries.shape[1]) // group                      # query head h -> h // G
+        keys, values = keys[:, index], values[:, index]
+        num_queries, num_keys = queries.shape[2], keys.shape[2]
+        mask = torch.ones(num_queries, num_keys, dtype=torch.bool).triu(num_keys - num_queries + 1)
+        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1) @ values
+    assert lesson11.grouped_heads.check(by_index).passed
+
+    def via_torch(queries, keys, values):
+        group = queries.shape[1] // keys.shape[1]
+        mask = torch.ones(queries.shape[2], keys.shape[2], dtype=torch.bool).triu(
+            keys.shape[2] - queries.shape[2] + 1)
+        return torch.nn.functional.scaled_dot_product_attention(
+            queries, keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1), attn_mask=~mask)
+    feedback = lesson11.grouped_heads.check(via_torch)
+    assert feedback.status == "wrong" and "not to call" in feedback.message

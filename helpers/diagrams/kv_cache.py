@@ -21,7 +21,7 @@ def _outline(ax, x: float, y: float, rows: int, cols: int) -> None:
     ax.add_patch(Rectangle((x, y), cols, rows, fill=False, edgecolor=_NEW, linewidth=2.5, zorder=3))
 
 
-def kv_cache_step_diagram(num_cached: int = 5, d_in: int = 4, head_dim: int = 3) -> CourseFigure:
+def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3) -> CourseFigure:
     """``num_cached`` tokens already in the cache, the new token at position ``num_cached``."""
     for name, value in (("num_cached", num_cached), ("d_in", d_in), ("head_dim", head_dim)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -50,9 +50,14 @@ def kv_cache_step_diagram(num_cached: int = 5, d_in: int = 4, head_dim: int = 3)
         _outline(ax, x, new_row, 1, head_dim)
     ax.add_patch(Rectangle((kx - 0.25, cache_top - 0.15), vx + head_dim - kx + 0.5, num_cached + 0.05,
                            fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
-    label(ax, (kx + vx + head_dim) / 2, new_row + 2.3, f"dashed: from the cache (positions 0 to {num_cached - 1})",
+    label(ax, (kx + vx + head_dim) / 2, new_row + 2.6, f"dashed: from the cache (positions 0 to {num_cached - 1})",
           fontsize=9, color="#3182bd")
-    arrow(ax, (0.5 + d_in, new_row + 0.5), (kx, new_row + 0.5), "$W_k$, $W_v$", fontsize=9)
+    arrow(ax, (0.5 + d_in, new_row + 0.5), (kx, new_row + 0.5), "$W_k$", fontsize=9)
+    # x_t W_v: under K, then up between K and V and into V's new row
+    gap_x = kx + head_dim + 1.0
+    ax.plot([0.5 + d_in / 2, 0.5 + d_in / 2, gap_x, gap_x], [new_row + 1.1, new_row + 1.9, new_row + 1.9,
+            new_row + 0.5], color="#252525", linewidth=1.2)
+    arrow(ax, (gap_x, new_row + 0.5), (vx, new_row + 0.5), "$W_v$", fontsize=9)
     # scores, weights, context: one row each
     sx = vx + head_dim + 3.0
     tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"], name="scores $q_t K^\\top$",
@@ -71,5 +76,6 @@ def kv_cache_step_diagram(num_cached: int = 5, d_in: int = 4, head_dim: int = 3)
     for x, y, rows, cols in ((sx, top, 1, num_keys), (sx, wy, 1, num_keys), (sx, zy, 1, head_dim)):
         _outline(ax, x, y, rows, cols)
     label(ax, width / 2, 0.8, f"One decoding step: 1 query, 1 new key and value, {num_keys} keys in all "
-                              f"(orange: computed in this step, for position {num_cached})", fontsize=11)
+                              f"(orange: computed in this step, for the new token at position $t$ = {num_cached})",
+          fontsize=11)
     return fig

@@ -1,7 +1,7 @@
 """Exercises for notebook 11: attention at generation time.
 
 1. the sliding-window mask for new queries that meet cached keys;
-2. spot the bug: cached generation whose new tokens all sit at the first positions.
+2. spot the bug: grouped-query attention whose query heads read the wrong key/value heads.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["window_mask", "cached_positions"]
+__all__ = ["window_mask", "grouped_heads"]
 
 
 # --- 1. the window mask for queries at the end of the keys -------------------------------------------------------
@@ -59,8 +59,7 @@ window_mask = FunctionExercise(
     cases=_mask_cases,
     hint=["Write down the position of each query first: with 2 new queries among 4 keys, which positions are they "
           "at? Then the rule is a comparison between two position vectors.",
-          "Two conditions hide a key: it lies after the query, or it is window_size or more places before it. "
-          "Broadcasting a (T_q, 1) column of query positions against a (1, T_k) row of key positions gives both."],
+          "Two conditions hide a key. Which two?"],
     solution=_solution_window_mask,
     mistakes=[
         Mistake(_top_left, "your queries sit at positions 0, 1, 2, ...: the mask is aligned top-left, as "
@@ -71,92 +70,92 @@ window_mask = FunctionExercise(
         Mistake(_window_only, "your mask lets every query see the keys after it: a window does not replace the "
                               "causal mask, it adds to it."),
     ],
+    rules=[forbids("helpers.gqa.decode_mask", "helpers.generation.decode_mask", "helpers.decode_mask",
+                   "helpers.masks.sliding_window_mask", "helpers.sliding_window_mask",
+                   why="Build the mask from positions yourself.")],
 )
 
 
-# --- 2. spot the bug: the position offset forgotten after the first step ---------------------------------------
-def _lm(seed: int, vocab_size: int, context_length: int, d_model: int, num_heads: int, num_kv_heads: int):
-    from ..generation import TinyCausalLM
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = TinyCausalLM(vocab_size, context_length, d_model, num_heads, num_kv_heads).eval()
-        with torch.no_grad():   # position vectors as large as token vectors, so a wrong position shows
-            model.position_embedding.weight.normal_(0.0, 1.0)
-            model.token_embedding.weight.normal_(0.0, 1.0)
-    return model
+# --- 2. spot the bug: query heads paired with the wrong key/value heads --------------------------------------
+def _heads_cases(g: torch.Generator) -> list[Case]:
+    def case(description, batch, heads, kv_heads, num_queries, num_keys, head_dim):
+        queries = torch.randn(batch, heads, num_queries, head_dim, generator=g)
+        keys = torch.randn(batch, kv_heads, num_keys, head_dim, generator=g)
+        values = torch.randn(batch, kv_heads, num_keys, head_dim, generator=g)
+        return Case(description, (queries, keys, values))
+    return [case("4 query heads, 2 key/value heads, 1 new query, 5 keys", 1, 4, 2, 1, 5, 8),
+            case("6 query heads, 3 key/value heads, 3 new queries, 7 keys", 2, 6, 3, 3, 7, 4),
+            case("8 query heads, 2 key/value heads, 4 queries, 4 keys (no cache)", 1, 8, 2, 4, 4, 4),
+            case("4 query heads, 1 key/value head (multi-query), 2 new queries, 6 keys", 1, 4, 1, 2, 6, 4)]
 
 
-def _lm_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, prompt, new, vocab, context, d_model, heads, kv_heads):
-        model = _lm(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), vocab, context, d_model, heads, kv_heads)
-        return Case(description, (model, torch.randint(0, vocab, (batch, prompt), generator=g), new))
-    return [case("the lesson's sizes: a prompt of 4 tokens, 12 new ones, 4 heads", 2, 4, 12, 10, 16, 32, 4, 4),
-            case("a prompt of 3 tokens, 5 new ones, 2 query heads sharing 1 key/value head", 1, 3, 5, 6, 8, 16, 2, 1),
-            case("a prompt of 1 token, 7 new ones", 3, 1, 7, 8, 8, 12, 3, 3)]
+def _reference_grouped(queries, keys, values):
+    from ..attention import scaled_dot_product_attention
+    from ..gqa import decode_mask, expand_kv_heads
+    mask = decode_mask(queries.shape[2], keys.shape[2], device=queries.device)
+    heads = queries.shape[1]
+    context_vecs, _ = scaled_dot_product_attention(queries, expand_kv_heads(keys, heads),
+                                                   expand_kv_heads(values, heads), mask=mask)
+    return context_vecs
 
 
-def _reference_generate(model, prompt_ids, num_new_tokens):
-    from ..generation import generate
-    return generate(model, prompt_ids, num_new_tokens).logits
+def buggy_grouped_attention(queries, keys, values):
+    # queries (B, H, T_q, D): the newest T_q tokens; keys, values (B, H_kv, T_k, D) -> context (B, H, T_q, D)
+    group_size = queries.shape[1] // keys.shape[1]                          # G = H / H_kv
+    keys = keys.repeat(1, group_size, 1, 1)                                 # (B, H_kv, T_k, D) -> (B, H, T_k, D)
+    values = values.repeat(1, group_size, 1, 1)
+    num_queries, num_keys = queries.shape[2], keys.shape[2]
+    query_positions = torch.arange(num_keys - num_queries, num_keys, device=queries.device)[:, None]  # (T_q, 1)
+    key_positions = torch.arange(num_keys, device=queries.device)[None, :]                            # (1, T_k)
+    mask = key_positions > query_positions                                  # (T_q, T_k), True = hide
+    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5      # (B, H, T_q, D) @ (B, H, D, T_k)
+    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    return weights @ values                                                 # (B, H, T_q, T_k) @ (B, H, T_k, D)
 
 
-def buggy_generate(model, prompt_ids, num_new_tokens):
-    # prompt_ids (B, T_prompt) -> logits (B, num_new_tokens, vocab_size) of the greedily generated tokens
-    cache = model.new_cache()
-    new_ids, all_logits = prompt_ids, []
-    for _ in range(num_new_tokens):
-        positions = torch.arange(new_ids.shape[1])                               # positions of the new tokens
-        x = model.token_embedding(new_ids) + model.position_embedding(positions)  # (B, T_new, d_model)
-        logits = model.unembed(model.attention(x, cache=cache))[:, -1]           # (B, vocab_size)
-        all_logits.append(logits)
-        new_ids = logits.argmax(dim=-1, keepdim=True)                            # (B, 1): the next input
-    return torch.stack(all_logits, dim=1)
+def _solution_grouped_attention(queries, keys, values):
+    group_size = queries.shape[1] // keys.shape[1]                          # G = H / H_kv
+    keys = keys.repeat_interleave(group_size, dim=1)                        # head h gets key/value head h // G
+    values = values.repeat_interleave(group_size, dim=1)
+    num_queries, num_keys = queries.shape[2], keys.shape[2]
+    query_positions = torch.arange(num_keys - num_queries, num_keys, device=queries.device)[:, None]  # (T_q, 1)
+    key_positions = torch.arange(num_keys, device=queries.device)[None, :]                            # (1, T_k)
+    mask = key_positions > query_positions                                  # (T_q, T_k), True = hide
+    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5      # (B, H, T_q, D) @ (B, H, D, T_k)
+    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
+    return weights @ values                                                 # (B, H, T_q, T_k) @ (B, H, T_k, D)
 
 
-def _solution_generate(model, prompt_ids, num_new_tokens):
-    cache = model.new_cache()
-    new_ids, all_logits = prompt_ids, []
-    for _ in range(num_new_tokens):
-        start = cache.num_seen                                                   # tokens already cached
-        positions = torch.arange(start, start + new_ids.shape[1])                # where the new tokens sit
-        x = model.token_embedding(new_ids) + model.position_embedding(positions)  # (B, T_new, d_model)
-        logits = model.unembed(model.attention(x, cache=cache))[:, -1]           # (B, vocab_size)
-        all_logits.append(logits)
-        new_ids = logits.argmax(dim=-1, keepdim=True)                            # (B, 1): the next input
-    return torch.stack(all_logits, dim=1)
+def _no_offset(queries, keys, values):
+    keys = keys.repeat_interleave(queries.shape[1] // keys.shape[1], dim=1)
+    values = values.repeat_interleave(queries.shape[1] // values.shape[1], dim=1)
+    num_queries, num_keys = queries.shape[2], keys.shape[2]
+    device = queries.device
+    mask = torch.arange(num_keys, device=device)[None, :] > torch.arange(num_queries, device=device)[:, None]
+    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5
+    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
 
 
-def _one_ahead(model, prompt_ids, num_new_tokens):
-    cache = model.new_cache()
-    new_ids, all_logits = prompt_ids, []
-    for _ in range(num_new_tokens):
-        start = cache.num_seen + 1
-        positions = torch.arange(start, start + new_ids.shape[1]).clamp(max=model.context_length - 1)
-        x = model.token_embedding(new_ids) + model.position_embedding(positions)
-        logits = model.unembed(model.attention(x, cache=cache))[:, -1]
-        all_logits.append(logits)
-        new_ids = logits.argmax(dim=-1, keepdim=True)
-    return torch.stack(all_logits, dim=1)
-
-
-cached_positions = SpotTheBug(
-    "Spot the bug: generation that forgets where it is",
-    "generate_logits(model, prompt_ids, num_new_tokens) should return the logits (B, num_new_tokens, vocab_size) "
-    "of greedy generation with a KV cache, built from the parts of a TinyCausalLM (model.token_embedding, "
-    "model.position_embedding, model.attention with cache=..., model.unembed), without calling model(...). "
-    "Its first token is right; the later ones are not. Find the bug and fix it.",
-    reference=_reference_generate,
-    cases=_lm_cases,
-    hint=["The first step feeds the whole prompt; every later step feeds one token. At which position does that "
-          "one token sit in the sequence, and at which position does this code put it?",
-          "The cache knows how many tokens came before: see KVCache.num_seen."],
-    solution=_solution_generate,
-    buggy=buggy_generate,
-    bug_message="after the first step every new token gets position 0: torch.arange(1). Its query and key are "
-                "then made from the position vector of position 0, not of its own position. The offset is the "
-                "number of tokens already in the cache, cache.num_seen, read before the attention adds the new ones.",
-    mistakes=[Mistake(_one_ahead, "your positions are one too far: cache.num_seen is already the position of the "
-                                  "next token (positions count from 0).")],
-    rules=[forbids("helpers.generation.TinyCausalLM.forward",
-                   why="Build the logits from the model's parts, as the model's own forward does.")],
+grouped_heads = SpotTheBug(
+    "Spot the bug: attention with shared key/value heads",
+    "grouped_attention(queries, keys, values) should return the context vectors (B, H, T_q, D) of causal "
+    "grouped-query attention: queries (B, H, T_q, D) of the newest T_q tokens, keys and values (B, H_kv, T_k, D) "
+    "of all T_k tokens (from a cache), query head h reading key/value head h // G with G = H / H_kv. The shapes "
+    "come out right, yet most heads compute something else. Find the bug and fix it.",
+    reference=_reference_grouped,
+    cases=_heads_cases,
+    hint=["Take H = 4 and H_kv = 2, and write down which key/value head each of the 4 query heads gets here.",
+          "Try the expansion on torch.arange(2)[None, :, None, None] and print it."],
+    solution=_solution_grouped_attention,
+    buggy=buggy_grouped_attention,
+    bug_message="query head h reads key/value head h % H_kv, not h // G: .repeat tiles the whole stack of "
+                "key/value heads (0, 1, 0, 1 for H = 4, H_kv = 2), so neighbouring query heads get different "
+                "key/value heads. repeat_interleave(G, dim=1) keeps the G copies of each head together "
+                "(0, 0, 1, 1). With H_kv = 1 or H_kv = H the two agree, which is why the bug hides.",
+    mistakes=[Mistake(_no_offset, "your new queries sit at positions 0, 1, ...: the causal mask is aligned "
+                                  "top-left. They are the LAST T_q tokens: query i sits at position "
+                                  "T_k - T_q + i and sees every key up to it.")],
+    rules=[forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.gqa.expand_kv_heads",
+                   "helpers.generation.expand_kv_heads", "helpers.expand_kv_heads",
+                   why="Expand the key/value heads yourself.")],
 )

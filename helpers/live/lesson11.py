@@ -8,6 +8,7 @@ a fixed 0..1 colour scale; a blank cell is a key that does not exist yet.
 from __future__ import annotations
 
 import torch
+from matplotlib.patches import Patch
 
 from ..generation import Generation, kv_cache_bytes
 from ..plotting import Bars, CourseFigure, Heatmap, new_figure
@@ -32,15 +33,17 @@ def masks_figure(masks: dict[str, torch.Tensor]) -> CourseFigure:
                           cmap=_MASK_COLOURS, vmin=0.0, vmax=1.0, annotate=False)
         heatmap.colorbar.remove()
         ax.set_xticks(range(cols), labels=[str(j) for j in range(cols)], rotation=0, ha="center")
+    fig.legend(handles=[Patch(facecolor="black", edgecolor="#737373", label="hidden (True)"),
+                        Patch(facecolor="white", edgecolor="#737373", label="seen (False)")],
+               loc="outside lower center", ncols=2, frameon=False, fontsize=10)
     return fig
 
 
 def generation_stepper(result: Generation, vocab: str, step: int = 0, example: int = 0) -> LiveFigure:
     """A slider over the generation steps of ``result`` (made with a cache).
 
-    Top: the newest query's weights over the keys in every head. Bottom: the keys held in the cache
-    (head 0, one column per position). Both grow by one column a step; the blank columns are positions
-    not reached yet.
+    The newest query's weights over the keys in every head; the row grows by one column a step (one new key
+    in the cache), and the blank columns are positions not reached yet.
     """
     if result.cache is None:
         raise ValueError("result must come from generate(..., use_cache=True)")
@@ -48,39 +51,26 @@ def generation_stepper(result: Generation, vocab: str, step: int = 0, example: i
     num_prompt = result.token_ids.shape[1] - num_steps
     total = result.token_ids.shape[1] - 1  # positions that ever enter the cache
     num_heads = result.weights[0].shape[1]
-    cached_keys = result.cache.keys[example, 0].T.cpu()  # (D, T_total): head 0's keys, one column per position
     letters = [vocab[i] for i in result.token_ids[example].tolist()]
-    fig = CourseFigure(figsize=(11, 6.4), layout="constrained")
-    grid = fig.add_gridspec(2, 1, height_ratios=(1, 1.6))
-    weights_ax, keys_ax = fig.add_subplot(grid[0]), fig.add_subplot(grid[1])
+    fig = CourseFigure(figsize=(11, 3.0), layout="constrained")
+    weights_ax = fig.add_subplot()
     columns = [f"{letters[j]}·{j}" for j in range(total)]
     blank = torch.full((num_heads, total), float("nan"))
     weights_map = Heatmap(weights_ax, blank, [f"head {h}" for h in range(num_heads)], columns, vmin=0.0, vmax=1.0,
-                          annotate=False, xlabel="", ylabel="query head",
-                          colorbar_label="weight $a_{ij}$")
-    limit = float(cached_keys.abs().max())
-    keys_map = Heatmap(keys_ax, torch.full_like(cached_keys, float("nan")),
-                       [f"{d}" for d in range(cached_keys.shape[0])], columns, vmin=-limit, vmax=limit,
-                       cmap="RdBu", annotate=False, xlabel="key position $j$ (token·position)",
-                       ylabel="feature of $k_j$ (head 0)", colorbar_label="key value")
-    for ax in (weights_ax, keys_ax):
-        ax.set_facecolor("#f7f7f7")
+                          annotate=False, xlabel="key position $j$ in the cache (token·position)",
+                          ylabel="query head", colorbar_label="weight $a_{tj}$")
+    weights_ax.set_facecolor("#f7f7f7")
 
     def redraw(step: int) -> None:
         num_keys = num_prompt + step  # T_k: the prompt and the tokens generated before this step
         query = num_keys - 1
         weights = blank.clone()
         weights[:, :num_keys] = result.weights[step][example].cpu()
-        keys = torch.full_like(cached_keys, float("nan"))
-        keys[:, :num_keys] = cached_keys[:, :num_keys]
         picked = letters[num_keys]
-        weights_map.update(weights, title=f"Step {step}: the query at position {query} ({letters[query]}) meets "
-                                          f"$T_k$ = {num_keys} keys and picks {picked}")
-        keys_map.update(keys, title=f"The cache: keys of positions 0 to {query} "
-                                    f"({num_keys} columns; values too, not shown)")
+        weights_map.update(weights, title=f"Step {step}: the query at position $t$ = {query} ({letters[query]}) "
+                                          f"meets $T_k$ = {num_keys} keys and picks {picked}")
         shown = [label if j < num_keys else "" for j, label in enumerate(columns)]  # no letters before they exist
-        for ax in (weights_ax, keys_ax):
-            ax.set_xticklabels(shown)
+        weights_ax.set_xticklabels(shown)
 
     return LiveFigure(fig, redraw, {"step": int_slider("generation step", step, 0, num_steps - 1)})
 
@@ -101,17 +91,21 @@ def gqa_explorer(name: str, num_layers: int, num_heads: int, head_dim: int, d_mo
     cache_ax, params_ax = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
     head_map = Heatmap(map_ax, torch.zeros(1, num_heads), ["KV head"], [str(h) for h in range(num_heads)],
                        cmap="tab20", vmin=0, vmax=19, fmt="{:.0f}", xlabel="query head $h$", ylabel="",
-                       value_fontsize=7.5)
+                       value_fontsize=10)
     head_map.colorbar.remove()
     map_ax.set_xticks(range(num_heads), labels=[str(h) for h in range(num_heads)], rotation=0, ha="center",
-                      fontsize=7.5)
+                      fontsize=10)
+    map_ax.tick_params(axis="y", labelsize=10)
+    real = divisors.index(num_kv_heads)  # the model's own H_kv, marked on both bar charts
     labels = [str(d) for d in divisors]
     cache_bars = Bars(cache_ax, cache_gib, labels, xlabel="$H_{kv}$", ylabel="GiB per sequence",
-                      ylim=(0, max(cache_gib) * 1.18), annotate=True, fmt="{:.2f}")
+                      ylim=(0, max(cache_gib) * 1.3), annotate=True, fmt="{:.2f}")
     params_bars = Bars(params_ax, params_m, labels, xlabel="$H_{kv}$", ylabel="millions, one layer",
-                       ylim=(0, max(params_m) * 1.18), annotate=True, fmt="{:.1f}")
-    for ax in (cache_ax, params_ax):
+                       ylim=(0, max(params_m) * 1.3), annotate=True, fmt="{:.1f}")
+    for ax, values in ((cache_ax, cache_gib), (params_ax, params_m)):
         ax.set_xticks(range(len(divisors)), labels=labels, rotation=0, ha="center")
+        ax.annotate(f"real: $H_{{kv}}$ = {num_kv_heads}", (real, values[real]), xytext=(0, 14),
+                    textcoords="offset points", ha="center", va="bottom", fontsize=9, color="#b30000")
 
     def redraw(num_kv_heads: int) -> None:
         group = num_heads // num_kv_heads
