@@ -76,33 +76,56 @@ def test_position_similarity_rejects_wrong_answers(wrong, words):
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-# --- 2. spot the bug: RoPE on the values ---------------------------------------------------------------------------
+# --- 2. spot the bug: two pair layouts ----------------------------------------------------------------------------
 def _rope_attention_with_sdpa(queries, keys, values):
     return torch.nn.functional.scaled_dot_product_attention(apply_rope(queries), apply_rope(keys), values)
 
 
-def test_rope_attention_accepts_torch_sdpa_and_names_the_bug():
-    assert lesson09.drifting_attention.check(_rope_attention_with_sdpa).passed
-    feedback = lesson09.drifting_attention.check(lesson09.drifting_attention.buggy)
-    assert feedback.status == "wrong" and "values are rotated too" in feedback.message
+def _rope_attention_via_halves_and_permutation(queries, keys, values):
+    # rotate-half on dimensions reordered so that its pairs are the adjacent ones: the same rotation
+    from helpers.positions import halves_to_adjacent
+    back = torch.argsort(halves_to_adjacent(queries.shape[-1]))
+    turned_q, turned_k = (apply_rope(x[..., back], pairs="halves") for x in (queries, keys))
+    return torch.softmax(turned_q @ turned_k.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+@pytest.mark.parametrize("answer", [_rope_attention_with_sdpa, _rope_attention_via_halves_and_permutation])
+def test_rope_attention_accepts_right_forms(answer):
+    feedback = lesson09.rope_attention.check(answer)
+    assert feedback.passed, feedback.message
+
+
+def test_rope_attention_names_the_bug():
+    feedback = lesson09.rope_attention.check(lesson09.rope_attention.buggy)
+    assert feedback.status == "wrong" and "rotate-half pairs" in feedback.message, feedback.message
 
 
 @pytest.mark.parametrize("wrong, words", [
+    (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1)
+     @ apply_rope(v), "values are rotated too"),
+    (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k, pairs="halves").transpose(-2, -1)
+                                   / k.shape[-1] ** 0.5, -1) @ v, "rotate-half layout"),
+    (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k).transpose(-2, -1)
+                                   / k.shape[-1] ** 0.5, -1) @ v, "rotate-half pairs"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
      "rotated the queries only"),
     (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v, "no positions"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1), -1) @ v, "values are not"),
 ])
 def test_rope_attention_rejects_wrong_answers(wrong, words):
-    feedback = lesson09.drifting_attention.check(wrong)
+    feedback = lesson09.rope_attention.check(wrong)
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-@pytest.mark.parametrize("exercise", [lesson09.position_similarity, lesson09.drifting_attention])
+@pytest.mark.parametrize("exercise", [lesson09.position_similarity, lesson09.rope_attention])
 def test_no_hint_gives_the_answer_away(exercise):
     solution_lines = {line.strip() for line in __import__("inspect").getsource(exercise._solution).splitlines()[1:]}
     for hint in exercise._hints:
         assert not any(line and line in hint for line in solution_lines if len(line) > 20), hint
+
+
+def test_position_similarity_allows_torch_cos_as_its_task_says():
+    assert "torch.cos is allowed" in lesson09.position_similarity.task
 
 
 def test_the_shift_check_the_task_suggests_exposes_the_bug():
@@ -111,11 +134,11 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
     queries, keys, values = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
     positions = torch.arange(6)
 
-    def attention(rotate_values, shift):
-        q, k = apply_rope(queries, positions + shift), apply_rope(keys, positions + shift)
-        v = apply_rope(values, positions + shift) if rotate_values else values
-        return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+    def attention(key_pairs, shift):
+        q = apply_rope(queries, positions + shift)
+        k = apply_rope(keys, positions + shift, pairs=key_pairs)
+        return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ values
 
-    torch.testing.assert_close(attention(False, 10), attention(False, 0))
-    assert not torch.allclose(attention(True, 10), attention(True, 0), atol=1e-3)
-    torch.testing.assert_close(lesson09.drifting_attention.buggy(queries, keys, values), attention(True, 0))
+    torch.testing.assert_close(attention("adjacent", 10), attention("adjacent", 0))
+    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)
+    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), attention("halves", 0))

@@ -100,3 +100,28 @@ def test_long_sequence_figure_marks_the_trained_length_and_labels_strong_other_d
     assert "$j - i = +17$" in labels and "$j - i = -2$" not in labels
     none = long_sequence_figure({"RoPE": model}, task, ids, min_diagonal_weight=1.1)
     assert not [t for t in none.axes[0].texts if "j - i" in t.get_text()]
+
+
+def test_long_sequence_figure_labels_chosen_diagonals_in_the_margin():
+    task = PositionTask("copy_back", offset=2)
+    model = train_position_model(task, "rope", num_steps=5)
+    ids = task.sample(1, 32, torch.Generator().manual_seed(5))[0]
+    fig = long_sequence_figure({"RoPE": model, "other": model}, task, ids, labelled={"RoPE": (17, -21)})
+    labels = {t.get_text(): t for t in fig.axes[0].texts if "j - i" in t.get_text()}
+    assert set(labels) == {"$j - i = +17$", "$j - i = -21$"}
+    assert labels["$j - i = +17$"].xy == (17, -0.5) and labels["$j - i = -21$"].xy == (-0.5, 21)  # cells' edges
+    for label in labels.values():                      # the text itself lies outside the heatmap, in the margin
+        fig.canvas.draw()
+        text_box, axes_box = label.get_window_extent(), fig.axes[0].get_window_extent()
+        assert not text_box.overlaps(axes_box), label.get_text()
+    assert not [t for t in fig.axes[2].texts if "j - i" in t.get_text()]   # axes[1] is the first colour bar
+
+
+def test_rope_explorer_draws_the_score_between_whole_offsets(pair_of_vectors):
+    query, key = pair_of_vectors
+    view = rope_explorer(query, key, max_position=10)
+    dense, dots = view.fig.axes[1].lines[:2]           # the curve, then its dots at whole offsets
+    x, y = np.asarray(dense.get_xdata(), dtype=float), np.asarray(dense.get_ydata(), dtype=float)
+    assert len(x) > 10 * len(dots.get_xdata())
+    whole = np.isclose(x, np.round(x), atol=1e-4)               # where the dense curve meets a whole offset, it is the dot
+    np.testing.assert_allclose(y[whole], np.asarray(dots.get_ydata(), dtype=float), atol=1e-4)

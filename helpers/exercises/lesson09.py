@@ -2,8 +2,8 @@
 
 1. the dot product of two sinusoidal position vectors, from their distance alone (without building ``P``); a known
    mistake is the classic one of frequencies off by a factor, ``10000 ** (-r / d)`` for ``10000 ** (-2r / d)``;
-2. spot the bug: attention whose outputs drift when the whole sentence shifts (RoPE applied to the values as
-   well as to the queries and keys).
+2. spot the bug: RoPE attention whose queries are turned with adjacent pairs and whose keys with the rotate-half
+   layout, a real mistake when code from two sources meets; RoPE on the values is a named wrong answer.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from ..positions import apply_rope, sinusoidal_positions
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["position_similarity", "drifting_attention"]
+__all__ = ["position_similarity", "rope_attention"]
 
 
 # --- 1. P_i . P_j from i - j ------------------------------------------------------------------------------------
@@ -63,7 +63,7 @@ position_similarity = FunctionExercise(
     "The dot product of two position vectors",
     "write position_similarity(num_tokens, d_in): the (num_tokens, num_tokens) matrix of dot products P_i . P_j "
     "of the sinusoidal position vectors, without building P (no torch.sin, no sinusoidal_positions) and without a "
-    "Python loop. You may use angular_frequencies(d_in) for the omega_r.",
+    "Python loop. torch.cos is allowed, and you may use angular_frequencies(d_in) for the omega_r.",
     reference=_reference_similarity,
     cases=_similarity_cases,
     hint=["Write out one pair r of P_i . P_j: sin(i w) sin(j w) + cos(i w) cos(j w). Which trigonometric identity "
@@ -88,7 +88,7 @@ position_similarity = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: outputs that drift when the sentence shifts (RoPE on the values) ---------------------------------------------------------------------------
+# --- 2. spot the bug: queries and keys turned with two different pair layouts -------------------------------------
 def _qkv_cases(g: torch.Generator) -> list[Case]:
     def case(description, *shape):
         return Case(description, (randn(g, *shape), randn(g, *shape), randn(g, *shape)))
@@ -103,14 +103,15 @@ def _reference_rope_attention(queries, keys, values):
 
 def buggy_rope_attention(queries, keys, values):
     # queries, keys, values (..., T, head_dim) -> context vectors (..., T, head_dim), no mask
-    queries, keys, values = apply_rope(queries), apply_rope(keys), apply_rope(values)   # R_i to every vector
+    queries = apply_rope(queries)                                   # R_i q_i
+    keys = apply_rope(keys, pairs="halves")                         # R_j k_j, as GPT-NeoX's code turns them
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
 
 
 def _solution_rope_attention(queries, keys, values):
-    queries, keys = apply_rope(queries), apply_rope(keys)           # positions belong in the scores only
+    queries, keys = apply_rope(queries), apply_rope(keys)           # the same pairs for both
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
@@ -121,31 +122,58 @@ def _rope_on_queries_only(queries, keys, values):
     return torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
+def _rope_on_the_values_too(queries, keys, values):
+    queries, keys, values = apply_rope(queries), apply_rope(keys), apply_rope(values)
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+def _rope_halves_for_both(queries, keys, values):
+    queries, keys = apply_rope(queries, pairs="halves"), apply_rope(keys, pairs="halves")
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+def _rope_layouts_swapped(queries, keys, values):
+    queries, keys = apply_rope(queries, pairs="halves"), apply_rope(keys)
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+_MIXED_LAYOUTS = ("the {first} are turned with adjacent pairs (2r, 2r + 1) and the {second} with rotate-half pairs "
+                  "(r, r + head_dim / 2). Each is a rotation, but pair r of the query and pair r of the key are "
+                  "different dimensions, so the two turns no longer combine into one turn by j - i, and the scores "
+                  "depend on where the tokens stand. Turn both with the same layout: apply_rope's default.")
+
+
 def _rope_after_scaling(queries, keys, values):
     attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values
 
 
-drifting_attention = SpotTheBug(
-    "Spot the bug: attention whose outputs drift when the sentence shifts",
-    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE (apply_rope) "
-    "making the scores depend on the offset j - i only: inputs (..., T, head_dim), output the context vectors "
-    "z_i = sum_j a_ij v_j (..., T, head_dim), with the values as given. The code below runs and its weights are "
-    "right, yet its context vectors are wrong. Check: shift every position by the same constant (apply_rope(x, "
-    "positions + 10)); right attention gives the same outputs. Find the bug and fix it.",
+rope_attention = SpotTheBug(
+    "Spot the bug: attention with RoPE",
+    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE (apply_rope with "
+    "its default adjacent pairs) making the scores depend on the offset j - i only: inputs (..., T, head_dim), "
+    "output the context vectors z_i = sum_j a_ij v_j (..., T, head_dim), with the values as given. The code "
+    "below runs, yet its answer is wrong. A check: shift every position by the same constant (the positions "
+    "argument of apply_rope, positions + 10); right attention gives the same outputs. Find the bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
     hint=["Run the code with positions 0..T-1 and again with positions 10..T+9 (the positions argument of "
-          "apply_rope): which outputs change, and which vectors did the shift reach?",
-          "Which of the three kinds of vector takes part in a score s_ij, and which is only mixed by the weights?",
-          "A value v_j carries WHAT token j says. Rotating it by R_j changes what the context vector z_i reads, "
-          "by an amount that depends on j's absolute position."],
+          "apply_rope): the outputs change, so the scores depend on more than j - i. Which step broke the proof "
+          "s_ij = q^T R_{j-i} k?",
+          "The proof needs R_i and R_j to be rotations of the same kind: pair r of the query and pair r of the "
+          "key made of the same two dimensions. Are they here?",
+          "Compare the calls that turn the queries and the keys, argument by argument."],
     solution=_solution_rope_attention,
     buggy=buggy_rope_attention,
-    bug_message="the values are rotated too. RoPE belongs in the scores: R_i q_i . R_j k_j depends on j - i. A "
-                "rotated value R_j v_j mixes each token's content with its absolute position, so z_i = sum_j a_ij "
-                "R_j v_j is no longer the weighted sum of the values. Rotate the queries and keys only.",
+    bug_message=_MIXED_LAYOUTS.format(first="queries", second="keys"),
     mistakes=[
+        Mistake(_rope_layouts_swapped, _MIXED_LAYOUTS.format(first="keys", second="queries")),
+        Mistake(_rope_on_the_values_too, "the values are rotated too. RoPE belongs in the scores: R_i q_i . R_j k_j "
+                                         "depends on j - i. A rotated value R_j v_j mixes each token's content "
+                                         "with its absolute position: rotate the queries and keys only."),
+        Mistake(_rope_halves_for_both, "you turned both with the rotate-half layout: that is RoPE too, and its "
+                                       "scores depend on j - i only, but the task asks for apply_rope's default "
+                                       "adjacent pairs, as this lesson writes RoPE."),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
                                        "where the query is, not on the offset j - i: rotate the keys as well."),
         Mistake(_rope_after_scaling, "your attention uses no positions at all: rotate the queries and keys with "

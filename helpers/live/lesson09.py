@@ -41,7 +41,7 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
                    linestyle="-" if start == starts[0] else "--", label=f"$P_{{{start}}} \\cdot P_{{{start}+k}}$")
     right.axhline(0, color="gray", linewidth=0.8)
     right.set(xlabel="distance $k$ between the two positions", ylabel="dot product",
-              title="Dot product of two position vectors:\nthe same for every start $i$")
+              title="Dot product of two position vectors:\n$P_i \\cdot P_{i+k}$ against $k$")
     right.legend(loc="upper right")
     return fig
 
@@ -76,7 +76,13 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
     omega = angular_frequencies(head_dim)                                    # (D / 2,)
     offsets = torch.arange(-max_position, max_position + 1)
     middle = torch.full_like(offsets, max_position)                          # i = max_position, j = i + offset
-    curve = rope_scores(query, key, middle, middle + offsets)
+    whole = rope_scores(query, key, middle, middle + offsets)                 # at whole offsets: (2 max + 1,)
+    # Between whole numbers: s = q . R_t k = Re(sum_r conj(q_r) k_r e^{1j t omega_r}), pairs as complex numbers.
+    dense = torch.linspace(-max_position, max_position, 40 * max_position + 1)
+    q_c = torch.view_as_complex(query.reshape(-1, 2).double().contiguous())  # (D / 2,)
+    k_c = torch.view_as_complex(key.reshape(-1, 2).double().contiguous())
+    curve = (q_c.conj() * k_c * torch.polar(torch.ones(1, dtype=torch.float64),
+                                            dense.double()[:, None] * omega.double())).real.sum(-1)
     fig = CourseFigure(figsize=(12.0, 5.0), layout="constrained")
     plane, scores = fig.subplots(1, 2)
     radius = float(torch.cat((query, key)).view(-1, 2).norm(dim=-1).max()) * 1.15
@@ -90,7 +96,8 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
     plane.legend([arrow_q, faint_q, arrow_k, faint_k],
                  ["query pair, turned by $i\\,\\omega_r$", "query pair before turning",
                   "key pair, turned by $j\\,\\omega_r$", "key pair before turning"], loc="lower left", fontsize=8.5)
-    scores.plot(offsets, curve, color="tab:blue")
+    scores.plot(dense, curve, color="tab:blue", linewidth=1.2)
+    scores.plot(offsets, whole, "o", color="tab:blue", markersize=3.5)
     scores.axhline(0, color="gray", linewidth=0.6)
     dot, = scores.plot([0], [0], "o", color="red", markersize=9)
     scores.set(xlabel="offset $j - i$ (key position minus query position)",
@@ -106,14 +113,14 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
         for arrow, vector in ((faint_q, q_pair), (faint_k, k_pair), (arrow_q, turned_q), (arrow_k, turned_k)):
             arrow.set_positions((0, 0), (float(vector[0]), float(vector[1])))
         angle_q, angle_k = query_position * float(omega[r]), key_position * float(omega[r])
-        plane.set_title(f"Pair $r = {r}$, $\\omega_{r} = {float(omega[r]):.3g}$ rad: query turned "
+        plane.set_title(f"Pair $r = {r}$, $\\omega_{r} = {float(omega[r]):.3g}$ rad per position: query turned "
                         f"{math.degrees(angle_q) % 360:.0f}°, key {math.degrees(angle_k) % 360:.0f}°\n"
                         f"the key turned $(j - i)\\,\\omega_{r}$ = {math.degrees(angle_k - angle_q):.0f}° more")
         score = float(rope_scores(query, key, torch.tensor([query_position]), torch.tensor([key_position]))[0])
         dot.set_data([key_position - query_position], [score])
         scores.set_title(f"$i = {query_position}$, $j = {key_position}$, offset $j - i = "
                          f"{key_position - query_position}$: $s_{{ij}} = {score:.3f}$\n"
-                         "(the curve: every pair summed; it depends on $j - i$ only)")
+                         "(every pair summed; dots: whole offsets, the ones that occur)")
 
     pairs = [(f"r = {r}", r) for r in range(head_dim // 2)]
     return LiveFigure(fig, redraw, {
@@ -124,13 +131,14 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
 
 
 def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, token_ids: torch.Tensor,
-                         head: int = 0, trained_tokens: int | None = None,
-                         min_diagonal_weight: float = 0.2) -> CourseFigure:
+                         head: int = 0, trained_tokens: int | None = None, min_diagonal_weight: float = 0.2,
+                         labelled: dict[str, tuple[int, ...]] | None = None) -> CourseFigure:
     """One heatmap per model: head ``head``'s weights on one sequence ``(T,)``, longer than the training ones.
 
     Red boxes mark each output's source ``i - offset``; outputs with nothing to copy have none. Dashed lines mark
-    the trained length ``trained_tokens`` (after row and column ``trained_tokens - 1``). Any other diagonal
-    ``j - i`` whose mean weight is at least ``min_diagonal_weight`` gets a label with its offset.
+    the trained length ``trained_tokens`` (after row and column ``trained_tokens - 1``). Other diagonals ``j - i``
+    get a label in the margin, with an arrow to where they start: those in ``labelled[name]`` for the model
+    ``name`` when ``labelled`` is given, else every one whose mean weight is at least ``min_diagonal_weight``.
     """
     num_tokens = token_ids.shape[-1]
     fig = new_figure(5.6 * len(models) + 0.6, 5.0, ncols=len(models))
@@ -142,7 +150,7 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
         Heatmap(ax, weights[0, head].cpu(), labels, labels, vmin=0.0, vmax=1.0, annotate=False,
                 xlabel="key: input position $j$", ylabel="query: output position $i$",
                 title=f"{name}: $A$ of head {head}, $T = {num_tokens}$", colorbar_label="attention weight $a_{ij}$")
-        step = max(1, num_tokens // 16)
+        step = max(1, num_tokens // 8)
         ax.set_xticks(range(0, num_tokens, step), labels=labels[::step], rotation=0, ha="center")
         ax.set_yticks(range(0, num_tokens, step), labels=labels[::step])
         for i in range(task.offset, num_tokens):
@@ -154,12 +162,21 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
             ax.text(trained_tokens + 0.2, num_tokens - 1.2, f"trained: $T = {trained_tokens}$",
                     color="white", fontsize=8.5, zorder=5)
         matrix = weights[0, head].cpu()
-        for offset in range(-(num_tokens - 1), num_tokens):
-            diagonal = torch.diagonal(matrix, offset)                               # a_{i, i + offset}
-            if offset != -task.offset and float(diagonal.mean()) >= min_diagonal_weight:
-                middle = len(diagonal) // 3
-                row = middle - min(offset, 0)
-                ax.annotate(f"$j - i = {offset:+d}$", (row + offset, row), xytext=(8, -3),
-                            textcoords="offset points", fontsize=8.5, color="black", zorder=5,
-                            bbox=dict(boxstyle="round,pad=0.15", facecolor="white", alpha=0.85, linewidth=0))
+        if labelled is not None:
+            marked = list(labelled.get(name, ()))
+        else:
+            marked = [offset for offset in range(-(num_tokens - 1), num_tokens) if offset != -task.offset
+                      and float(torch.diagonal(matrix, offset).mean()) >= min_diagonal_weight]
+        box = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="black", linewidth=0.6)
+        for offset in marked:                      # in the margin: above column j = offset, or left of row i = -offset
+            top = offset >= 0
+            ax.annotate(f"$j - i = {offset:+d}$", (offset, -0.5) if top else (-0.5, -offset),
+                        xytext=(0, 16) if top else (-24, 0), textcoords="offset points", fontsize=8.5,
+                        ha="center" if top else "right", va="bottom" if top else "center", bbox=box,
+                        arrowprops=dict(arrowstyle="-|>", color="black", linewidth=0.8),
+                        annotation_clip=False, zorder=5)
+        if any(offset >= 0 for offset in marked):
+            ax.title.set_text(ax.get_title() + "\n\n")            # room above the top labels
+        if any(offset < 0 for offset in marked):
+            ax.yaxis.labelpad = 62
     return fig
