@@ -158,9 +158,10 @@ class NumberWordsModel(nn.Module):
       which word it must write;
     * ``M_pad``: the source padding mask ``(B, T_k)``.
 
-    ``forward(source_ids, return_weights=False)``: ``(B, T_k)`` long (``T_k`` at most ``2 * max_numbers``) ->
+    ``forward(source_ids, return_weights=False, use_mask=True)``: ``(B, T_k)`` long (``T_k`` at most ``2 * max_numbers``) ->
     logits ``(B, T_q, 90)``; with ``return_weights=True`` also the weights ``(B, H, T_q, T_k)``. Embeddings start
-    small (std 0.1), so the untrained weights are close to uniform over the real source tokens.
+    small (std 0.1), so the untrained weights are close to uniform over the real source tokens. ``use_mask=False``
+    leaves out the source padding mask, to show what it prevents.
     """
 
     def __init__(self, max_numbers: int = 4, d_model: int = 32, num_heads: int = 2):
@@ -176,7 +177,7 @@ class NumberWordsModel(nn.Module):
         for embedding in (self.digit_embedding, self.source_position, self.output_position):
             nn.init.normal_(embedding.weight, std=0.1)
 
-    def forward(self, source_ids: torch.Tensor, return_weights: bool = False):
+    def forward(self, source_ids: torch.Tensor, return_weights: bool = False, use_mask: bool = True):
         if not isinstance(source_ids, torch.Tensor) or source_ids.dtype != torch.long or source_ids.dim() != 2:
             raise TypeError("source_ids must be a 2-d torch.long tensor (batch_size, num_keys) of digit ids")
         num_keys = source_ids.shape[1]
@@ -184,9 +185,13 @@ class NumberWordsModel(nn.Module):
             raise ValueError(f"source_ids may hold at most {2 * self.max_numbers} tokens, got {num_keys}")
         if source_ids.min() < 0 or source_ids.max() > NumberWordsTask.pad_id:
             raise ValueError(f"source_ids must lie in [0, {NumberWordsTask.pad_id}] (digits and the pad id)")
+        if not isinstance(use_mask, bool):
+            raise TypeError(f"use_mask must be True or False, got {use_mask!r}")
         source = self.digit_embedding(source_ids) + self.source_position.weight[:num_keys]  # Y: (B, T_k, d_model)
         x = self.output_position.weight.expand(source_ids.shape[0], -1, -1)  # X: (B, T_q, d_model)
         source_padding_mask = source_ids == NumberWordsTask.pad_id           # (B, T_k)
+        if not use_mask:                                                     # only to show what the mask does
+            source_padding_mask = None
         context_vecs, attn_weights = self.cross_attention(x, source, source_padding_mask, return_weights=True)
         logits = self.unembed(context_vecs)                                  # (B, T_q, d_model) -> (B, T_q, 90)
         return (logits, attn_weights) if return_weights else logits

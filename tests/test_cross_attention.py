@@ -267,3 +267,16 @@ def test_training_rejects_bad_settings():
         train_number_words(task, test_ids=test_ids, lr=0)
     with pytest.raises(ValueError):
         train_number_words(task, test_ids=test_ids[:, :5])
+
+
+def test_model_without_its_mask_reads_the_padding():
+    from helpers.number_words import NumberWordsModel, NumberWordsTask
+    torch.manual_seed(0)
+    model = NumberWordsModel()
+    ids = torch.tensor([[7, 0] + [NumberWordsTask.pad_id] * 6])
+    with torch.no_grad():
+        _, masked = model(ids, return_weights=True)
+        _, unmasked = model(ids, return_weights=True, use_mask=False)
+    assert masked[..., 2:].sum() == 0 and unmasked[..., 2:].sum() > 0.5
+    with pytest.raises(TypeError, match="use_mask"):
+        model(ids, use_mask=1)

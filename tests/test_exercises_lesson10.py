@@ -12,7 +12,7 @@ from helpers.modules import MultiHeadAttention
 def test_the_buggy_code_does_not_name_its_bug():
     import inspect
     source = inspect.getsource(lesson10.cross_from_parts.buggy)
-    assert "causal" not in source and "future" not in source
+    assert "causal" not in source and "keep" not in source and "hide" not in source
 
 
 def test_exports():
@@ -64,7 +64,7 @@ def test_decoder_masks_cases_separate_every_mistake():
         assert feedback.status == "wrong" and mistake.message in feedback.message
 
 
-# --- 2. spot the bug: a causal mask in cross-attention ------------------------------------------------------------
+# --- 2. spot the bug: a padding mask in PyTorch's True = take part convention ------------------------------------------------------------
 def _cross_with_sdpa(module, x, source, source_padding_mask):
     import torch.nn.functional as F
     batch_size, num_queries, _ = x.shape
@@ -84,7 +84,7 @@ def test_spot_the_bug_accepts_another_right_form():
 def test_spot_the_bug_names_the_bug_and_forbids_calling_a_cross_attention_module():
     from helpers.cross_attention import CrossAttention
     feedback = lesson10.cross_from_parts.check(lesson10.cross_from_parts.buggy)
-    assert feedback.status == "wrong" and "causal" in feedback.message and "module.mask" in feedback.message
+    assert feedback.status == "wrong" and "take part" in feedback.message and "padding" in feedback.message
 
     def through_the_module(module, x, source, source_padding_mask):
         cross = CrossAttention(module.d_in, module.d_out, 0.0, module.num_heads)
@@ -94,11 +94,24 @@ def test_spot_the_bug_names_the_bug_and_forbids_calling_a_cross_attention_module
     assert feedback.status == "wrong" and "from the module's parts" in feedback.message, feedback.message
 
 
-def test_the_buggy_code_is_notebook_06s_forward_with_its_mask_buffer():
-    """The bug is a carry-over: the causal mask comes from the 06 layer's `mask` buffer, not from a fresh triu."""
+def test_the_buggy_code_inverts_the_padding_mask():
+    """The bug is PyTorch's True = take part convention passed to the course's True = hide function."""
     import inspect
     source = inspect.getsource(lesson10.cross_from_parts.buggy)
-    assert "module.mask[:num_queries, :num_keys]" in source and "triu" not in source
+    assert "~source_padding_mask" in source and "module.mask" not in source
+
+
+def test_spot_the_bug_names_a_causal_mask_carried_over():
+    from helpers.attention import scaled_dot_product_attention
+
+    def causal_kept(module, x, source, source_padding_mask):
+        split = lambda t: t.unflatten(-1, (module.num_heads, module.head_dim)).transpose(1, 2)
+        mask = module.mask[:x.shape[1], :source.shape[1]].bool() | source_padding_mask[:, None, None, :]
+        context, _ = scaled_dot_product_attention(split(module.W_query(x)), split(module.W_key(source)),
+                                                  split(module.W_value(source)), mask=mask)
+        return module.out_proj(context.transpose(1, 2).flatten(2))
+    feedback = lesson10.cross_from_parts.check(causal_kept)
+    assert feedback.status == "wrong" and "causal" in feedback.message, feedback.message
 
 
 def test_spot_the_bug_rejects_queries_from_the_source():
@@ -108,10 +121,11 @@ def test_spot_the_bug_rejects_queries_from_the_source():
 
 
 def test_the_bug_matters_on_the_lessons_task():
-    """With the causal mask, output word 0 of the number-words model cannot see digit 1, which it needs."""
+    """With the inverted mask, the number-words model reads only padding: almost every word comes out wrong."""
     from helpers.number_words import NumberWordsTask, train_number_words
     task = NumberWordsTask()
     test_ids, _ = task.sample(200, torch.Generator().manual_seed(2), held_out=True)
+    test_ids = test_ids[task.source_padding_mask(test_ids).any(dim=-1)]     # sources with some padding
     model = train_number_words(task, test_ids=test_ids, num_steps=150, seed=0).model
     source = model.digit_embedding(test_ids) + model.source_position.weight
     x = model.output_position.weight.expand(len(test_ids), -1, -1)

@@ -107,8 +107,20 @@ def test_explorer_rejects_bad_examples(trained):
 
 def test_encoder_decoder_diagram_is_drawn_from_its_arguments():
     texts = " ".join(t.get_text() for t in encoder_decoder_diagram(3, 256, 4).axes[0].texts)
-    for words in ("cross-attention, $H = 4$", "masked self-attention", "mask: causal", "mask: source padding only",
-                  "$\\times\\,3$", "256", "$K, V$ from $Y$"):
+    for words in ("cross-attention, $H = 4$", "masked self-attention", "$\\times\\,3$", "256", "$K, V$ from $Y$"):
         assert words in texts, words
+    assert "mask:" not in texts, "the diagram must not give exercise 1's masks away"
     with pytest.raises(ValueError, match="num_heads"):
         encoder_decoder_diagram(num_heads=0)
+
+
+def test_trained_figure_hatches_the_padded_output_words(trained):
+    """Watched example 2 has 2 real words of 4: each head's panel gets 2 see-through hatched rows."""
+    from helpers.live.lesson10 import PAD_ROW_STYLE
+    task, watch_ids, run = trained
+    fig = cross_weights_figure(run.model, task, watch_ids[2])
+    padded = int((task.targets(watch_ids[2]) == task.ignore_id).sum())
+    assert padded == 2
+    for ax in fig.axes[:2]:
+        rows = [p for p in ax.patches if p.get_hatch() == PAD_ROW_STYLE["hatch"]]
+        assert len(rows) == padded and all(p.get_width() == task.num_keys for p in rows)

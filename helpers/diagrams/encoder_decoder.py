@@ -52,13 +52,13 @@ def encoder_decoder_diagram(num_layers: int = 6, d_model: int = 512, num_heads: 
     box(ax, dx, 8.4, dw - 2.0, 1.0, "add & norm", fontsize=size)
     arrow(ax, (dmid - 1.0, 10.2), (dmid - 1.0, 9.4))
     box(ax, dx, 10.2, dw, 3.6, f"cross-attention, $H = {num_heads}$\nqueries: the decoder (from below)\n"
-        "keys, values: $Y$ (from the encoder)\nmask: source padding only", edge=CROSS_EDGE, linewidth=3.0,
+        "keys, values: $Y$ (from the encoder)", edge=CROSS_EDGE, linewidth=3.0,
         **attention)
-    arrow(ax, (dmid - 1.0, 14.6), (dmid - 1.0, 13.8), "$Q$", text_offset=(-0.6, 0.15))
+    arrow(ax, (dmid - 1.0, 14.6), (dmid - 1.0, 13.8), "$Q$", text_offset=(-0.8, 0.15), fontsize=size + 3)
     box(ax, dx, 14.6, dw - 2.0, 1.0, "add & norm", fontsize=size)
     arrow(ax, (dmid - 1.0, 16.4), (dmid - 1.0, 15.6))
-    box(ax, dx, 16.4, dw, 3.6, f"masked self-attention, $H = {num_heads}$\nqueries, keys, values: the target\n"
-        "mask: causal (+ target padding)", **attention)
+    box(ax, dx, 16.4, dw, 3.6, f"masked self-attention, $H = {num_heads}$\nqueries, keys, values: the target",
+        **attention)
     arrow(ax, (dmid, 22.9), (dmid, 20.0))
     box(ax, dx, 22.9, dw, 1.6, "embedding + positions", fontsize=size)
     arrow(ax, (dmid, 25.8), (dmid, 24.5))
@@ -78,8 +78,8 @@ def encoder_decoder_diagram(num_layers: int = 6, d_model: int = 512, num_heads: 
     arrow(ax, (emid - 1.0, 16.8), (emid - 1.0, 16.2))
     box(ax, ex, 16.8, ew - 2.0, 1.0, "add & norm", fontsize=size)
     arrow(ax, (emid - 1.0, 18.4), (emid - 1.0, 17.8))
-    box(ax, ex, 18.4, ew, 3.0, f"self-attention, $H = {num_heads}$\nqueries, keys, values: the source\n"
-        "mask: source padding", **attention)
+    box(ax, ex, 18.4, ew, 3.0, f"self-attention, $H = {num_heads}$\nqueries, keys, values: the source",
+        **attention)
     arrow(ax, (emid, 22.9), (emid, 21.4))
     box(ax, ex, 22.9, ew, 1.6, "embedding + positions", fontsize=size)
     arrow(ax, (emid, 25.8), (emid, 24.5))
@@ -99,7 +99,7 @@ def encoder_decoder_diagram(num_layers: int = 6, d_model: int = 512, num_heads: 
         ax.plot([start, lane, lane], [top, top, end], color=SKIP, linewidth=1.3)
         arrow(ax, (lane, end), (lane - 2.8, end), color=SKIP)
     legend = dict(fontsize=size, ha="left")
-    label(ax, ex, 0.5, "filled yellow: the three attention layers", **legend)
+    label(ax, ex, 0.5, "filled yellow: the three kinds of attention layer", **legend)
     label(ax, ex, 1.5, "orange: cross-attention, and $Y$ feeding its keys and values", color=CROSS_EDGE, **legend)
     label(ax, ex, 2.5, "grey arrows on the right: residual paths,\nadded back in each add & norm", color=SKIP,
           fontsize=size, ha="left", va="top")

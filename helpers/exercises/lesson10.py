@@ -1,7 +1,8 @@
 """Exercises for notebook 10: cross-attention.
 
 1. the decoder's two masks: which mask goes into the decoder's self-attention, which into its cross-attention;
-2. spot the bug: cross-attention from notebook 06's MultiHeadAttention, its causal mask carried over.
+2. spot the bug: cross-attention from notebook 06's MultiHeadAttention, its padding mask written in PyTorch's
+   True = take part convention.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ decoder_masks = FunctionExercise(
     "self_mask (B, T_q, T_q) for the decoder's masked self-attention (queries and keys from the target), "
     "cross_mask (B, T_q, T_k) for its cross-attention (queries from the target, keys from the source). Each mask "
     "hides exactly what its layer must not see: no word may read what has not been written yet, and no query "
-    "reads padding. Decide for each layer which of these apply.",
+    "reads padding: hide padding keys (columns), not rows. Decide for each layer which of these apply.",
     reference=_reference_masks,
     cases=_mask_cases,
     hint=["Take the two layers one at a time and ask, for each: which sequence do its keys come from, and what "
@@ -103,9 +104,9 @@ decoder_masks = FunctionExercise(
                 "belong in cross-attention. The whole source is known before the first word is written, and "
                 "output i may need any source token (in section 4, output 0 needs digit 1)."),
         Mistake(_target_rows_in_cross,
-                "your cross_mask hides whole rows, those of the target's padding. A row with every key hidden "
-                "turns into nan; padding hides keys (columns), and the keys of cross-attention are the source's. "
-                "The loss simply ignores padded outputs."),
+                "your cross_mask also hides whole rows, those of the target's padding. Hide padding keys "
+                "(columns), not rows: a row with every key hidden has no weights to give (0 / 0), and the keys of "
+                "cross-attention are the source's. The loss simply ignores padded outputs."),
         Mistake(_source_on_query_axis,
                 "your cross_mask puts the source's padding on the query axis (rows). The source supplies the keys: "
                 "its padding mask hides columns, the same for every query."),
@@ -113,8 +114,8 @@ decoder_masks = FunctionExercise(
                 "your self_mask lets a target word see the words after it. The decoder writes one word at a time: "
                 "its self-attention needs the causal mask as well as the padding."),
         Mistake(_self_padding_on_rows,
-                "your self_mask hides whole rows of the target's padding (the query axis). Padding hides keys: "
-                "columns, the same for every query."),
+                "your self_mask hides whole rows of the target's padding (the query axis). Hide padding keys "
+                "(columns), not rows: the same columns for every query."),
         Mistake(_no_target_padding,
                 "your self_mask is causal but does not hide the target's padding keys. With the padding on the "
                 "right, the causal mask already hides them from every real word, so the words that count come out "
@@ -139,11 +140,11 @@ def _module_cases(g: torch.Generator) -> list[Case]:
         x = randn(g, batch_size, num_queries, d_in)
         source = randn(g, batch_size, num_keys, d_in)
         return Case(description, (module, x, source, padding_mask(lengths, num_keys)))
-    return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d_in = d_out = 32, 2 heads, 1 to 4 numbers",
-                 [8, 4, 2], 4, 8, 32, 32, 2, 8),
-            case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_out 8, 4 heads", [3, 2], 6, 3, 5,
+    return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d_in = d_out = 32, 2 heads, 1 to 3 numbers",
+                 [6, 4, 2], 4, 8, 32, 32, 2, 8),
+            case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_out 8, 4 heads", [2, 1], 6, 3, 5,
                  8, 4, 6),
-            case("1 sequence, T_q = 2, T_k = 5, no padding, 1 head", [5], 2, 5, 4, 6, 1, 5)]
+            case("1 sequence, T_q = 2, T_k = 5 (3 real, 2 padding), 1 head", [3], 2, 5, 4, 6, 1, 5)]
 
 
 def _reference_cross(module, x, source, source_padding_mask):
@@ -164,8 +165,7 @@ def buggy_cross_attention(module, x, source, source_padding_mask):
     queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
     keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
     values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    mask = module.mask[:num_queries, :num_keys].bool()                                   # (T_q, T_k)
-    mask = mask | source_padding_mask[:, None, None, :]                                  # (B, 1, T_q, T_k)
+    mask = ~source_padding_mask[:, None, None, :]        # (B, 1, 1, T_k): True at the real source tokens
     context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
     context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
     return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
@@ -178,7 +178,7 @@ def _solution_cross_attention(module, x, source, source_padding_mask):
     queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
     keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
     values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    mask = source_padding_mask[:, None, None, :]     # only the source's padding: (B, 1, 1, T_k); no module.mask
+    mask = source_padding_mask[:, None, None, :]     # (B, 1, 1, T_k): True = hide, the source's padding
     context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
     context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
     return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
@@ -198,8 +198,9 @@ def _no_mask(module, x, source, source_padding_mask):
     return _attend(module, x, source, None)
 
 
-def _causal_only(module, x, source, source_padding_mask):
-    return _attend(module, x, source, module.mask[:x.shape[1], :source.shape[1]].bool())
+def _causal_kept(module, x, source, source_padding_mask):
+    causal = module.mask[:x.shape[1], :source.shape[1]].bool()                # (T_q, T_k)
+    return _attend(module, x, source, causal | source_padding_mask[:, None, None, :])
 
 
 cross_from_parts = SpotTheBug(
@@ -207,25 +208,26 @@ cross_from_parts = SpotTheBug(
     "cross_attention(module, x, source, source_padding_mask) reuses the projections of notebook 06's "
     "MultiHeadAttention (module.W_query, W_key, W_value, out_proj, num_heads, head_dim, d_out) as cross-attention: "
     "queries from x, keys and values from source. It should return what a CrossAttention with those same weights "
-    "returns, computed with scaled_dot_product_attention. This version, adapted from the layer's own forward, runs "
-    "and returns the right shape, but its answer is wrong. Find the bug and fix it.",
+    "returns, computed with helpers.attention.scaled_dot_product_attention. This version, adapted from the layer's "
+    "own forward, runs and returns the right shape, but its answer is wrong. Find the bug and fix it.",
     reference=_reference_cross,
     cases=_module_cases,
-    hint=["Look at the mask row by row. In the number-words model, which source tokens may output word 0 read "
-          "with this mask, and which does it need?",
-          "Ask of each part of the mask where it came from in notebook 06, and whether cross-attention must hide "
-          "it. The source is complete before the first word is written."],
+    hint=["Look at the weights of one query: which source tokens does it read with this mask, the real ones or "
+          "the padding?",
+          "helpers.attention.scaled_dot_product_attention and F.scaled_dot_product_attention read True in a mask "
+          "in opposite ways. Which one does this code call, and which way was its mask written?"],
     solution=_solution_cross_attention,
     buggy=buggy_cross_attention,
-    bug_message="the mask keeps module.mask, notebook 06's causal mask, carried over from the layer's "
-                "self-attention: query i may only read source tokens 0 to i. Cross-attention reads a source that is "
-                "complete before any word is written, so every query may read every real source token; only the "
-                "source's padding is hidden. In the number-words model, output 0 needs digits 0 and 1 but would "
-                "see only digit 0, and output 1 needs digits 2 and 3 but would see only digits 0 and 1.",
+    bug_message="the mask is True at the real source tokens: PyTorch's convention for F.scaled_dot_product_attention "
+                "(True = take part). helpers.attention.scaled_dot_product_attention reads True as hide, so every "
+                "query reads only the source's padding and none of its real tokens. Pass the padding mask itself, "
+                "True at the padding, on the key axis.",
     mistakes=[
         Mistake(_no_mask, "your function hides nothing: the queries now read the source's padding too. Keep the "
                           "source padding mask, on the key axis."),
-        Mistake(_causal_only, "you removed the padding mask and kept the causal one. It is the other way round."),
+        Mistake(_causal_kept, "your mask also keeps module.mask, notebook 06's causal mask: query i may then only "
+                              "read source tokens 0 to i. Cross-attention reads a source that is complete before any "
+                              "word is written; only the source's padding is hidden."),
     ],
     rules=[forbids("helpers.cross_attention.CrossAttention.forward",
                    why="Compute the context vectors from the module's parts, as its forward does.")],

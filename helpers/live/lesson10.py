@@ -24,6 +24,7 @@ YLABEL = "query: output word $i$"
 ROW_OUTLINE = "#00bfff"  # the chosen output word's row: not red, which marks the ideal pattern
 NEEDED, NOT_NEEDED = "#08519c", "#f0f0f0"   # the ideal pattern: two colours, not a colour scale
 PAD_STYLE = dict(facecolor="#d9d9d9", edgecolor="#737373", hatch="///", linewidth=0.0)
+PAD_ROW_STYLE = dict(facecolor="none", edgecolor="#737373", hatch="\\\\", linewidth=0.0)   # see-through
 
 
 def output_labels(task: NumberWordsTask, source_ids: torch.Tensor, answers: torch.Tensor | None = None) -> list[str]:
@@ -115,7 +116,11 @@ def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> C
 
 def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_ids: torch.Tensor,
                          title: str = "") -> CourseFigure:
-    """Every head's cross-attention weights ``(T_q, T_k)`` on one example ``(T_k,)``; rows show the model's words."""
+    """Every head's cross-attention weights ``(T_q, T_k)`` on one example ``(T_k,)``; rows show the model's words.
+
+    Padded source columns are hatched grey (weight 0); padded output words (rows) are hatched see-through: they
+    are still queries with weights, but the loss ignores what they write.
+    """
     with torch.no_grad():
         logits, weights = model(source_ids[None].to(next(model.parameters()).device), return_weights=True)
     weights, answers = weights[0].cpu(), logits[0].argmax(dim=-1).cpu()    # (H, T_q, T_k), (T_q,)
@@ -127,6 +132,13 @@ def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_
                  f"{title}$A$ of head {head}, $(T_q, T_k)$", colorbar=head == num_heads - 1)
         if head > 0:
             fig.axes[head].set_ylabel("")
+        for i, padded in enumerate((task.targets(source_ids) == task.ignore_id).tolist()):
+            if padded:   # a padded output word: hatched, its weights still visible underneath
+                fig.axes[head].add_patch(Rectangle((-0.5, i - 0.5), task.num_keys, 1, zorder=2.2,
+                                                   **PAD_ROW_STYLE))
+    fig.legend(handles=[Patch(label="source padding (hidden by the mask)", **PAD_STYLE),
+                        Patch(label="padded output word (ignored by the loss)", **PAD_ROW_STYLE)],
+               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=10, frameon=False)
     return fig
 
 
