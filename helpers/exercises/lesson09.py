@@ -104,7 +104,7 @@ def _reference_rope_attention(queries, keys, values):
 def buggy_rope_attention(queries, keys, values):
     # queries, keys, values (..., T, head_dim) -> context vectors (..., T, head_dim), no mask
     queries = apply_rope(queries)                                   # R_i q_i
-    keys = apply_rope(keys, pairs="halves")                         # R_j k_j, as GPT-NeoX's code turns them
+    keys = apply_rope(keys, pairs="halves")                         # R_j k_j
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
