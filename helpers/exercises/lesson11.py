@@ -1,12 +1,13 @@
 """Exercises for notebook 11: attention at generation time.
 
 1. the sliding-window mask for new queries that meet cached keys;
-2. spot the bug: grouped-query attention whose query heads read the wrong key/value heads.
+2. spot the bug: a chunk of new tokens after a cache, masked with is_causal=True.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
@@ -100,17 +101,11 @@ def _reference_grouped(queries, keys, values):
 
 
 def buggy_grouped_attention(queries, keys, values):
-    # queries (B, H, T_q, D): the newest T_q tokens; keys, values (B, H_kv, T_k, D) -> context (B, H, T_q, D)
+    # queries (B, H, T_q, D): a chunk of T_q new tokens; keys, values (B, H_kv, T_k, D): the cache plus the chunk
     group_size = queries.shape[1] // keys.shape[1]                          # G = H / H_kv
-    keys = keys.repeat(1, group_size, 1, 1)                                 # (B, H_kv, T_k, D) -> (B, H, T_k, D)
-    values = values.repeat(1, group_size, 1, 1)
-    num_queries, num_keys = queries.shape[2], keys.shape[2]
-    query_positions = torch.arange(num_keys - num_queries, num_keys, device=queries.device)[:, None]  # (T_q, 1)
-    key_positions = torch.arange(num_keys, device=queries.device)[None, :]                            # (1, T_k)
-    mask = key_positions > query_positions                                  # (T_q, T_k), True = hide
-    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5      # (B, H, T_q, D) @ (B, H, D, T_k)
-    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    return weights @ values                                                 # (B, H, T_q, T_k) @ (B, H, T_k, D)
+    keys = keys.repeat_interleave(group_size, dim=1)                        # (B, H_kv, T_k, D) -> (B, H, T_k, D)
+    values = values.repeat_interleave(group_size, dim=1)                    # head h gets key/value head h // G
+    return F.scaled_dot_product_attention(queries, keys, values, is_causal=True)   # (B, H, T_q, D)
 
 
 def _solution_grouped_attention(queries, keys, values):
@@ -126,36 +121,40 @@ def _solution_grouped_attention(queries, keys, values):
     return weights @ values                                                 # (B, H, T_q, T_k) @ (B, H, T_k, D)
 
 
-def _no_offset(queries, keys, values):
-    keys = keys.repeat_interleave(queries.shape[1] // keys.shape[1], dim=1)
-    values = values.repeat_interleave(queries.shape[1] // values.shape[1], dim=1)
+def _repeat_heads(queries, keys, values):
+    keys = keys.repeat(1, queries.shape[1] // keys.shape[1], 1, 1)          # tiles heads: 0, 1, 0, 1
+    values = values.repeat(1, queries.shape[1] // values.shape[1], 1, 1)
     num_queries, num_keys = queries.shape[2], keys.shape[2]
     device = queries.device
-    mask = torch.arange(num_keys, device=device)[None, :] > torch.arange(num_queries, device=device)[:, None]
+    positions = torch.arange(num_keys - num_queries, num_keys, device=device)[:, None]
+    mask = torch.arange(num_keys, device=device)[None, :] > positions
     scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5
     return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
 
 
 grouped_heads = SpotTheBug(
-    "Spot the bug: attention with shared key/value heads",
+    "Spot the bug: a chunk of new tokens after a cache",
     "grouped_attention(queries, keys, values) should return the context vectors (B, H, T_q, D) of causal "
-    "grouped-query attention: queries (B, H, T_q, D) of the newest T_q tokens, keys and values (B, H_kv, T_k, D) "
-    "of all T_k tokens (from a cache), query head h reading key/value head h // G with G = H / H_kv. The shapes "
-    "come out right, yet most heads compute something else. Find the bug and fix it.",
+    "grouped-query attention for a chunk of T_q new tokens appended to a non-empty cache: queries (B, H, T_q, D) "
+    "of the new tokens, keys and values (B, H_kv, T_k, D) of all T_k tokens (the cache plus the chunk), query "
+    "head h reading key/value head h // G with G = H / H_kv. The shapes come out right, yet the answer is wrong "
+    "whenever the cache is not empty. Find the bug and fix it.",
     reference=_reference_grouped,
     cases=_heads_cases,
-    hint=["Take H = 4 and H_kv = 2, and write down which key/value head each of the 4 query heads gets here.",
-          "Try the expansion on torch.arange(2)[None, :, None, None] and print it."],
+    hint=["Take 2 new tokens after 3 cached ones (T_q = 2, T_k = 5): at which positions do the new queries sit, "
+          "and which keys may each see?",
+          "Print torch.ones(2, 5, dtype=torch.bool).tril(): the mask is_causal=True uses (True = take part)."],
     solution=_solution_grouped_attention,
     buggy=buggy_grouped_attention,
-    bug_message="query head h reads key/value head h % H_kv, not h // G: .repeat tiles the whole stack of "
-                "key/value heads (0, 1, 0, 1 for H = 4, H_kv = 2), so neighbouring query heads get different "
-                "key/value heads. repeat_interleave(G, dim=1) keeps the G copies of each head together "
-                "(0, 0, 1, 1). With H_kv = 1 or H_kv = H the two agree, which is why the bug hides.",
-    mistakes=[Mistake(_no_offset, "your new queries sit at positions 0, 1, ...: the causal mask is aligned "
-                                  "top-left. They are the LAST T_q tokens: query i sits at position "
-                                  "T_k - T_q + i and sees every key up to it.")],
-    rules=[forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.gqa.expand_kv_heads",
+    bug_message="is_causal=True aligns the causal triangle top-left: new query i sees keys 0..i only, as if the "
+                "chunk were the start of the sequence. The T_q new tokens are the LAST ones: query i sits at "
+                "position T_k - T_q + i and must see every key up to it (bottom-right), cached keys included. "
+                "With T_q = T_k (no cache) the two agree, which is why the bug hides.",
+    mistakes=[Mistake(_repeat_heads, "query head h reads key/value head h % H_kv, not h // G: .repeat tiles the "
+                                     "whole stack of key/value heads (0, 1, 0, 1 for H = 4, H_kv = 2). "
+                                     "repeat_interleave(G, dim=1) keeps the G copies of each head together "
+                                     "(0, 0, 1, 1).")],
+    rules=[forbids("helpers.gqa.expand_kv_heads",
                    "helpers.generation.expand_kv_heads", "helpers.expand_kv_heads",
                    why="Expand the key/value heads yourself.")],
 )
