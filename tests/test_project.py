@@ -48,8 +48,30 @@ def test_runtime_requirements_are_ranges_without_a_front_end():
     for requirement in runtime:
         assert not any(spec.operator in ("==", "===") for spec in requirement.specifier), f"{requirement} is a pin"
     widgets = next(r for r in runtime if r.name == "ipywidgets").specifier
-    assert widgets.contains("7.7.1") and widgets.contains("8.1.9") and not widgets.contains("9.0.0")
+    assert widgets.contains("7.7.1") and widgets.contains("8.1.8") and not widgets.contains("9.0.0")
     assert not FRONT_END & {_name(r.name) for r in runtime}
+
+
+# Releases that install but show no widget in a front end learners use, and why. The supported range and the
+# lock must admit none of them (the stored outputs and `make` would otherwise hand them to learners).
+KNOWN_NOT_TO_RENDER = {
+    "ipywidgets": {
+        "8.1.9": "VS Code's Jupyter extension renders no widget with it, silently "
+                 "(microsoft/vscode-jupyter#17504, open since 2026-08-19); 8.1.8 renders",
+    },
+}
+
+
+@pytest.mark.parametrize("package", sorted(KNOWN_NOT_TO_RENDER))
+def test_range_and_lock_admit_no_release_known_not_to_render(package):
+    requirement = next(r for r in _requirements() if _name(r.name) == package)
+    lock = _lock()[package]
+    for version, why in KNOWN_NOT_TO_RENDER[package].items():
+        assert not requirement.specifier.contains(version), f"{requirement} admits {package} {version}: {why}"
+        assert lock != version, f"requirements-lock.txt pins {package} {version}: {why}"
+    environment = (ROOT / "environment.yml").read_text()
+    pinned = re.search(rf"^\s*-\s*{package}=(\S+)\s*$", environment, re.M)
+    assert pinned and pinned.group(1) == lock, f"environment.yml pins {package} {pinned and pinned.group(1)}, lock {lock}"
 
 
 def test_lock_pins_every_requirement_inside_its_range():
