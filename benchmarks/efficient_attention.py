@@ -3,8 +3,9 @@
 Run:  .venv/bin/python benchmarks/efficient_attention.py            (~2-5 minutes on a 2-core CPU)
       .venv/bin/python benchmarks/efficient_attention.py --quick    (T = 128 and 512 only, seconds)
       .venv/bin/python benchmarks/efficient_attention.py --device cuda
+      .venv/bin/python benchmarks/efficient_attention.py --device cuda --dtype bfloat16 --lengths 1024 4096 16384
 
-Batch 4, 8 heads, head_dim 64 (d_model 512), float32, causal, forward pass only under
+Batch 4, 8 heads, head_dim 64 (d_model 512), float32 (or --dtype), causal, forward pass only under
 torch.inference_mode. Two tables per sequence length T:
 
 * attention core, on ready-made (B, H, T, D) queries/keys/values: the explicit teaching
@@ -71,7 +72,7 @@ class BareSDPALayer(nn.Module):
         return self.out_proj(out.transpose(1, 2).reshape(b, t, d))
 
 
-def build_layers(context_length: int, device: torch.device) -> dict[str, nn.Module]:
+def build_layers(context_length: int, device: torch.device, dtype: torch.dtype) -> dict[str, nn.Module]:
     torch.manual_seed(0)
     explicit = MultiHeadAttention(D_MODEL, D_MODEL, context_length, 0.0, HEADS)
     fast = FastMultiHeadAttention(D_MODEL, D_MODEL, context_length, 0.0, HEADS)
@@ -86,7 +87,7 @@ def build_layers(context_length: int, device: torch.device) -> dict[str, nn.Modu
         torch_mha.out_proj.load_state_dict(explicit.out_proj.state_dict())
     layers = {"MultiHeadAttention (explicit)": explicit, "FastMultiHeadAttention": fast,
               "bare SDPA layer": bare, "nn.MultiheadAttention": torch_mha}
-    return {name: layer.to(device).eval() for name, layer in layers.items()}
+    return {name: layer.to(device, dtype).eval() for name, layer in layers.items()}
 
 
 def layer_call(layer: nn.Module, x: torch.Tensor, mask: torch.Tensor):
@@ -173,14 +174,20 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="T = 128 and 512 only, fewer repeats")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch CPU threads")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                        help="dtype of the inputs and layers (CUDA's flash kernel needs bfloat16 or float16)")
+    parser.add_argument("--lengths", type=int, nargs="+", help="sequence lengths T (default 128 ... 2048)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    dtype = getattr(torch, args.dtype)
+    tolerance = 1e-4 if dtype == torch.float32 else 5e-2  # 16-bit formats keep about 3 significant digits
     torch.set_num_threads(args.threads)
-    lengths = (128, 512) if args.quick else (128, 256, 512, 1024, 2048)
+    lengths = args.lengths or ((128, 512) if args.quick else (128, 256, 512, 1024, 2048))
+    bytes_per_number = torch.finfo(dtype).bits // 8
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     print(f"torch {torch.__version__}, device {name}, {torch.get_num_threads()} CPU threads; "
-          f"batch {BATCH}, {HEADS} heads, head_dim {HEAD_DIM}, float32, causal, forward only; tile {TILE_SIZE}")
+          f"batch {BATCH}, {HEADS} heads, head_dim {HEAD_DIM}, {args.dtype}, causal, forward only; tile {TILE_SIZE}")
     print("columns: median time per call, ratio to the bare SDPA reference of its table, peak memory")
     layer_ratios = {"bare": [], "torch": []}
     for num_tokens in lengths:
@@ -188,7 +195,7 @@ def main() -> None:
         if args.quick:
             repeats = 3
         generator = torch.Generator().manual_seed(num_tokens)
-        q, k, v = (torch.randn(BATCH, HEADS, num_tokens, HEAD_DIM, generator=generator).to(device)
+        q, k, v = (torch.randn(BATCH, HEADS, num_tokens, HEAD_DIM, generator=generator).to(device, dtype)
                    for _ in range(3))
         hide = causal_mask(num_tokens, device=device)  # True = hide (helpers and nn.MultiheadAttention)
         core = {
@@ -197,21 +204,21 @@ def main() -> None:
                                                                           tile_size=TILE_SIZE),
             "F.scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True),
         }
-        x = torch.randn(BATCH, num_tokens, D_MODEL, generator=generator).to(device)
-        layers = {n: layer_call(layer, x, hide) for n, layer in build_layers(num_tokens, device).items()}
+        x = torch.randn(BATCH, num_tokens, D_MODEL, generator=generator).to(device, dtype)
+        layers = {n: layer_call(layer, x, hide) for n, layer in build_layers(num_tokens, device, dtype).items()}
         with torch.inference_mode():  # every path computes the same function
             reference_core, reference_layer = core["F.scaled_dot_product_attention"](), layers["bare SDPA layer"]()
             for call in core.values():
-                torch.testing.assert_close(call(), reference_core, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(call(), reference_core, atol=tolerance, rtol=tolerance)
             for call in layers.values():
-                torch.testing.assert_close(call(), reference_layer, atol=1e-4, rtol=1e-4)
+                torch.testing.assert_close(call(), reference_layer, atol=tolerance, rtol=tolerance)
             del reference_core, reference_layer
             core_ms = median_ms(core, repeats, device)
             layer_ms = median_ms(layers, repeats, device)
         core_mib = {n: peak_mib(call, device) for n, call in core.items()}
         layer_mib = {n: peak_mib(call, device) for n, call in layers.items()}
-        print(f"\nT = {num_tokens} ({repeats} repeats; one (B, H, T, T) float32 tensor = "
-              f"{BATCH * HEADS * num_tokens**2 * 4 / 2**20:.1f} MiB)")
+        print(f"\nT = {num_tokens} ({repeats} repeats; one (B, H, T, T) {args.dtype} tensor = "
+              f"{BATCH * HEADS * num_tokens**2 * bytes_per_number / 2**20:.1f} MiB)")
         print_table("attention core (ratio to F.scaled_dot_product_attention)", core_ms, core_mib,
                     "F.scaled_dot_product_attention")
         print_table("whole layer (ratio to the bare SDPA layer)", layer_ms, layer_mib, "bare SDPA layer")
