@@ -154,3 +154,199 @@ def test_inputs_changed_in_place_do_not_spoil_the_reference():
 def test_bad_construction():
     with pytest.raises(TypeError, match="reference must be callable"):
         FunctionExercise("t", "t", reference=3, cases=lambda g: [], hint="h", solution=lambda: 0)
+
+
+# --- answers with inf, -inf and nan, and answers of the wrong kind: every checker explains, none raises ----------
+def _corrupt(value, how):
+    """``value`` (a model answer's result) spoiled in one way; non-tensors become a float or another type."""
+    if isinstance(value, tuple):
+        return tuple(_corrupt(v, how) for v in value)
+    if not isinstance(value, torch.Tensor):
+        return {"inf": float("inf"), "-inf": float("-inf"), "nan": float("nan"), "finite": 0.5,
+                "first-inf": float("inf"), "first-nan": float("nan"), "mixed": float("nan")}[how]
+    spoiled = value.detach().clone().to(torch.float32) if value.dtype == torch.bool or not value.is_floating_point() \
+        else value.detach().clone()
+    flat = spoiled.view(-1) if spoiled.dim() else spoiled.view(1)
+    if how in ("inf", "-inf", "nan"):
+        flat.fill_(float(how))
+    elif how == "finite":  # a finite number wherever the answer is -inf or inf (the merge_states crash)
+        flat.copy_(torch.nan_to_num(flat, nan=0.0, posinf=0.0, neginf=0.0))
+    elif how == "first-inf" and flat.numel():
+        flat[0] = float("inf") if flat[0] != float("inf") else float("-inf")
+    elif how == "first-nan" and flat.numel():
+        flat[0] = float("nan")
+    elif how == "mixed" and flat.numel():
+        flat[:: 3] = float("-inf")
+        flat[1:: 3] = float("nan")
+        flat[2:: 3] = float("inf")
+    return spoiled
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)  # a dtype change alone spoils nothing
+        return a.shape == b.shape and bool(torch.equal(a.nan_to_num(), b.nan_to_num())) \
+            and bool(torch.equal(a.isnan(), b.isnan()))
+    return type(a) is type(b) and a == b
+
+
+class _RaisingEq:
+    def __eq__(self, other):
+        raise RuntimeError("== is not defined here")
+
+    __hash__ = None
+
+
+def _wrong_kinds(value):
+    """Answers of the wrong type or shape built from the model answer's result."""
+    import numpy as np
+    first = value[0] if isinstance(value, tuple) else value
+    yield "None", None
+    yield "a string", "attention"
+    yield "an object whose == raises", _RaisingEq()
+    yield "a dict", {"answer": first}
+    yield "a numpy array", np.zeros((2, 2))
+    yield "an empty tuple", ()
+    yield "a complex tensor", torch.zeros(3, dtype=torch.complex64)
+    yield "a 0-d tensor", torch.tensor(float("nan"))
+    if isinstance(first, torch.Tensor):
+        yield "the transpose-like reshape", first.detach().reshape(-1)
+        yield "an extra dimension", first.detach().unsqueeze(0)
+        yield "a bool tensor", torch.ones_like(first, dtype=torch.bool)
+        yield "an int tensor", torch.ones_like(first, dtype=torch.int64)
+    if isinstance(value, tuple):
+        yield "one output too few", value[:-1]
+        yield "a list for a tuple", list(value)
+        yield "one output too many", (*value, torch.zeros(1))
+
+
+HOW = ("inf", "-inf", "nan", "finite", "first-inf", "first-nan", "mixed")
+
+
+def _hostile_answers(exercise):
+    """(description, function) pairs: each calls the model answer, then spoils its result."""
+    solution = exercise._solution
+
+    def spoiled(how):
+        def answer(*args, **kwargs):
+            return _corrupt(solution(*args, **kwargs), how)
+        return answer
+
+    for how in HOW:
+        yield f"values set to {how}", spoiled(how), how
+    case = exercise.cases(torch.Generator().manual_seed(exercise.seed))[0]
+    args, kwargs = case.fresh_args()
+    result = solution(*args, **kwargs)
+    for description, wrong in _wrong_kinds(result):
+        yield description, (lambda *a, __wrong=wrong, **k: __wrong), None
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_checker_explains_inf_nan_and_wrong_kinds_without_raising(name):
+    """Issue 20: a checker must never crash on an answer, whatever it returns (inf, -inf, nan on either side)."""
+    exercise = ALL[name]
+    case = exercise.cases(torch.Generator().manual_seed(exercise.seed))[0]
+    args, kwargs = case.fresh_args()
+    model = exercise._solution(*args, **kwargs)
+    for description, answer, how in _hostile_answers(exercise):
+        feedback = exercise.check(answer)  # must not raise
+        assert isinstance(feedback, exercises.Feedback), description
+        assert isinstance(feedback.message, str) and feedback.message.strip(), description
+        if how is not None:
+            args, kwargs = case.fresh_args()
+            if _same(_corrupt(model, how), model):
+                continue  # this spoiling changed nothing on the first case (e.g. an answer that is all nan)
+        assert not feedback, f"{name}: {description} passed: {feedback.message}"
+        assert feedback.status == "wrong", (description, feedback.message)
+        assert "could not be compared" not in feedback.message or how is None, (description, feedback.message)
+
+
+def test_a_finite_value_where_minus_inf_is_expected_is_named_by_position():
+    """The merge_states crash: |a - (-inf)| > atol + rtol * inf is False, so the old report found no position."""
+    exercise = FunctionExercise("masked scores", "t", reference=lambda x: x.masked_fill(x > 0, float("-inf")),
+                                cases=lambda g: [exercises.Case("a row", (torch.tensor([-1.0, 2.0, -3.0]),))],
+                                hint="h", solution=lambda x: x)
+    feedback = exercise.check(lambda x: x.masked_fill(x > 0, -1e9))
+    assert not feedback and "position 1" in feedback.message and "-inf" in feedback.message
+    feedback = exercise.check(lambda x: x.masked_fill(x > 0, float("inf")))
+    assert not feedback and "position 1" in feedback.message and "inf" in feedback.message
+    assert exercise.check(lambda x: x.masked_fill(x > 0, float("-inf")))
+
+
+def test_numbers_compare_with_a_tolerance_and_nan_safely():
+    exercise = FunctionExercise("a number", "t", reference=lambda x: 0.1 + 0.2,
+                                cases=lambda g: [exercises.Case("once", (1,))], hint="h", solution=lambda x: 0.3)
+    assert exercise.check(lambda x: 0.3)
+    feedback = exercise.check(lambda x: float("nan"))
+    assert not feedback and "nan" in feedback.message
+    assert not exercise.check(lambda x: float("inf"))
+
+
+def test_a_reseeding_rule_catches_the_global_generator_but_not_an_own_generator():
+    import helpers.device
+
+    def reference(n):
+        return torch.rand(n, generator=torch.Generator().manual_seed(0))
+
+    exercise = FunctionExercise("draws", "t", reference=reference, cases=lambda g: [exercises.Case("n=3", (3,))],
+                                hint="h", solution=reference,
+                                rules=[exercises.no_reseeding(why="Hand the function a torch.Generator instead.")])
+    assert exercise.check(reference)
+
+    def reseeds(n):
+        torch.manual_seed(0)
+        return reference(n)
+
+    def seeds_everything(n):
+        helpers.device.seed_everything(0)
+        return reference(n)
+
+    for function, called in ((reseeds, "torch.manual_seed"), (seeds_everything, "helpers.device.seed_everything")):
+        feedback = exercise.check(function)
+        assert not feedback and "reseed the global random generator" in feedback.message, feedback.message
+        assert f"`{called}`" in feedback.message and "torch.Generator instead" in feedback.message
+    assert torch.manual_seed is not None and "recorder" not in repr(torch.manual_seed)
+
+
+def test_solution_prints_one_sentence_when_withheld(capsys, monkeypatch):
+    from helpers.exercises import core
+    monkeypatch.setattr(core, "SOLUTIONS_WITHHELD", True)
+    lesson01.cosine_scores.solution()
+    out = capsys.readouterr().out
+    assert out.strip() == core.WITHHELD_MESSAGE and "def " not in out
+
+
+def test_progress_is_kept_only_for_passes_in_a_kernel_and_never_while_grading(tmp_path, monkeypatch, capsys):
+    import json
+    from helpers.exercises import records
+    record = tmp_path / "progress.json"
+    monkeypatch.setenv("ATTENTION_COURSE_PROGRESS", str(record))
+    monkeypatch.delenv("ATTENTION_COURSE_GRADE_RECORD", raising=False)
+    exercise = ALL["lesson01.cosine_scores"]
+    exercise.check(exercise._solution)
+    assert not record.exists(), "outside a kernel (scripts, unit tests) nothing is written"
+    monkeypatch.setattr(records, "_in_a_kernel", lambda: True)  # pretend to be in a Jupyter kernel
+    exercise.check(placeholder)
+    assert not record.exists(), "only passes are written"
+    feedback = exercise.check(exercise._solution)
+    assert feedback and str(record) in feedback.message
+    assert "lesson01.cosine_scores" in json.loads(record.read_text())["passed"]
+    assert str(record) not in exercise.check(exercise._solution).message, "the note comes once, with the new file"
+    exercises.progress()
+    out = capsys.readouterr().out
+    assert "✅ cosine_scores" in out and str(record) in out and f"of {len(ALL)}" in out
+    record.unlink()
+    grade_file = tmp_path / "grade.jsonl"
+    monkeypatch.setenv("ATTENTION_COURSE_GRADE_RECORD", str(grade_file))
+    exercise.check(exercise._solution)
+    exercise.check(placeholder)
+    assert not record.exists(), "grading turns progress off"
+    lines = [json.loads(line) for line in grade_file.read_text().splitlines()]
+    assert [line["status"] for line in lines] == ["correct", "not done"]
+    assert lines[0]["exercise"] == "lesson01.cosine_scores"
+    monkeypatch.delenv("ATTENTION_COURSE_GRADE_RECORD")
+    monkeypatch.setenv("ATTENTION_COURSE_PROGRESS", "off")
+    exercise.check(exercise._solution)
+    assert not record.exists() and records.progress_path() is None

@@ -8,14 +8,19 @@ In a notebook::
     lesson02.stable_softmax.hint()         # a nudge (call again for the next one)
     lesson02.stable_softmax.solution()     # a model answer, only when you ask for it
 
+    from helpers.exercises import progress
+    progress()                             # which exercises you have passed (a local file; see .records)
+
 The checkers live in :mod:`helpers.exercises.core`; the model answers live in the lesson
 modules, away from the notebooks, so they are not seen by scrolling.
 """
 
 from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11
-from .core import Case, Feedback, FunctionExercise, Mistake, Rule, SpotTheBug, forbids, no_loops, requires
+from .core import Case, Feedback, FunctionExercise, Mistake, Rule, SpotTheBug, forbids, no_loops, no_reseeding, requires
+from .records import progress
 
 __all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Rule", "no_loops", "forbids", "requires",
+           "no_reseeding", "progress",
            "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08",
            "lesson09", "lesson10", "lesson11",
            "all_exercises"]

@@ -19,6 +19,32 @@ comprehension), :func:`forbids` (a call the task rules out, e.g. ``torch.softmax
 :func:`requires` (a call the task asks for). Every instruction an exercise states is checked this way: a right
 value computed the forbidden way is still wrong, and the message says which rule was broken.
 
+A rule that is not about a named call can still be written with the call-watching: subclass :class:`Rule`, name
+the calls in ``watch`` and judge them in ``after``. :func:`no_reseeding` is one ready-made: "do not reseed the
+global random generator" (``torch.manual_seed``, ``torch.random.manual_seed``, ``torch.seed``,
+``helpers.device.seed_everything``, Python's ``random.seed`` and ``numpy.random.seed`` are watched; a
+``torch.Generator`` of the learner's own, seeded with ``Generator.manual_seed``, stays allowed). Use it where a fix
+that reseeds inside training or inside a forward pass would otherwise pass, e.g.
+``rules=[no_reseeding(why="Hand the function a torch.Generator instead.")]``. State every rule in the task's text.
+
+Every comparison survives ``inf``, ``-inf`` and ``nan`` on either side (the first differing position is found
+with ``torch.isclose``, which treats an infinity as equal only to the same infinity), and an answer the checker
+cannot even compare (an object whose ``==`` raises, a ``properties`` judge that trips over it) gets a message,
+never a traceback. tests/test_exercises.py throws such answers at every exercise of the course.
+
+Besides its feedback, ``check`` keeps two small records, both local files and nothing else:
+
+* progress: in a Jupyter kernel, each *passed* exercise is written to ``attention-course-progress.json`` in the
+  kernel's working folder (the notebooks' folder), which the learner can see and delete;
+  :func:`helpers.exercises.progress` prints it. ``ATTENTION_COURSE_PROGRESS=off`` turns it off, any other value is
+  the file's path. See :mod:`helpers.exercises.records`.
+* grading: when ``ATTENTION_COURSE_GRADE_RECORD`` names a file (``scripts/grade.py`` sets it), every check appends
+  one JSON line (exercise, status, message) to it, and progress is not written.
+
+An instructor's copy of the package may withhold the model answers (``scripts/withhold_solutions.py``): then
+:meth:`FunctionExercise.solution` prints one sentence instead of the code. Checkers never need the model answers:
+``reference`` is the course's canonical code.
+
 Hints are given only when asked for (``.hint()``), one nudge at a time; the feedback of ``check`` never
 contains them.
 
@@ -35,6 +61,7 @@ import contextlib
 import dis
 import importlib
 import inspect
+import math
 import re
 import textwrap
 import types
@@ -43,7 +70,14 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Case", "Mistake", "Feedback", "FunctionExercise", "SpotTheBug", "Rule", "no_loops", "forbids", "requires"]
+__all__ = ["Case", "Mistake", "Feedback", "FunctionExercise", "SpotTheBug", "Rule", "no_loops", "forbids", "requires",
+           "no_reseeding", "SOLUTIONS_WITHHELD"]
+
+# True in an instructor's copy built by scripts/withhold_solutions.py (it rewrites this line): solution() then
+# prints WITHHELD_MESSAGE instead of a model answer.
+SOLUTIONS_WITHHELD = False
+WITHHELD_MESSAGE = ("Your instructor has withheld the model answers in this copy of the course: the checker's "
+                    "messages and .hint() are there to help you, and your instructor can show you an answer later.")
 
 
 @dataclass
@@ -100,7 +134,30 @@ def _describe(value) -> str:
     return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
 
 
+def _values_equal(answer, right) -> bool:
+    """``answer == right`` for values that are not tensors, without ever raising.
+
+    Floats compare with a tolerance (nan equals nan, an infinity only itself); tuples and lists element by element;
+    anything whose ``==`` raises or gives no clear True/False is simply not equal.
+    """
+    if isinstance(answer, torch.Tensor) or isinstance(right, torch.Tensor):
+        return False
+    if isinstance(right, (tuple, list)):
+        return (isinstance(answer, (tuple, list)) and len(answer) == len(right)
+                and all(_values_equal(a, b) for a, b in zip(answer, right)))
+    if isinstance(right, float) and isinstance(answer, (int, float)) and not isinstance(answer, bool):
+        if math.isnan(right) or math.isnan(answer):
+            return math.isnan(right) and math.isnan(answer)
+        return math.isclose(answer, right, rel_tol=1e-6, abs_tol=1e-9)
+    try:
+        return bool(answer == right)
+    except Exception:  # an array's elementwise ==, an object whose == raises
+        return False
+
+
 def _position_text(index: tuple[int, ...]) -> str:
+    if len(index) == 0:
+        return "the one value"
     if len(index) == 2:
         return f"row {index[0]}, column {index[1]}"
     if len(index) == 1:
@@ -249,6 +306,33 @@ class _Requires(Rule):
         return f"requires{self.watch!r}"
 
 
+class _NoReseeding(_Forbids):
+    """Forbids the calls that reseed a global random generator (see :func:`no_reseeding`)."""
+
+    NAMES = ("torch.manual_seed", "torch.random.manual_seed", "torch.seed", "torch.random.seed",
+             "helpers.device.seed_everything", "random.seed", "numpy.random.seed")
+
+    def __init__(self, why: str):
+        names = []
+        for name in self.NAMES:
+            try:
+                _resolve(name)
+            except (ValueError, ImportError):  # numpy missing, say: nothing to watch there
+                continue
+            names.append(name)
+        super().__init__(tuple(names), why)
+
+    def after(self, calls: list[str]) -> str | None:
+        used = [name for name in calls if name in self.watch]
+        if used:
+            return (f"the task asks you not to reseed the global random generator, and your function calls "
+                    f"`{used[0]}`. {self.why}").rstrip()
+        return None
+
+    def __repr__(self) -> str:
+        return "no_reseeding()"
+
+
 def _names(names: tuple[str, ...], what: str) -> tuple[str, ...]:
     if not names or not all(isinstance(n, str) and "." in n for n in names):
         raise ValueError(f"{what} takes one or more dotted names such as 'torch.softmax', got {names!r}")
@@ -270,6 +354,12 @@ def forbids(*names: str, why: str = "") -> Rule:
 def requires(*names: str, why: str = "") -> Rule:
     """Rule: the learner's function must call at least one of ``names`` on every input."""
     return _Requires(_names(names, "requires"), why)
+
+
+def no_reseeding(why: str = "") -> Rule:
+    """Rule: the learner's function must not reseed a global generator (``torch.manual_seed``,
+    ``helpers.device.seed_everything``, ``random.seed``, ...). Their own ``torch.Generator`` stays allowed."""
+    return _NoReseeding(why)
 
 
 class FunctionExercise:
@@ -307,7 +397,8 @@ class FunctionExercise:
         if not hints or not all(isinstance(h, str) and h.strip() for h in hints):
             raise TypeError("hint must be a non-empty string or a list of them")
         if not all(isinstance(rule, Rule) for rule in rules):
-            raise TypeError("rules must be made by no_loops(), forbids(...) or requires(...)")
+            raise TypeError("rules must be made by no_loops(), forbids(...), requires(...), no_reseeding() or be a "
+                            "subclass of Rule")
         self.title, self.task, self.reference, self.cases = title, task, reference, cases
         self._hints, self._hints_shown, self._solution, self.mistakes = hints, 0, solution, list(mistakes)
         self.atol, self.rtol, self.seed, self.properties = atol, rtol, seed, properties
@@ -330,6 +421,9 @@ class FunctionExercise:
 
     def solution(self) -> None:
         """Print a model answer. Try first: the checker tells you what is wrong, step by step."""
+        if SOLUTIONS_WITHHELD:
+            print(WITHHELD_MESSAGE)
+            return
         print(f"A model answer for {self.title}:\n")
         source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
         print(re.sub(r"^def _solution_", "def ", source))  # shown under the name the task asks for
@@ -341,7 +435,12 @@ class FunctionExercise:
         would have drawn without it (the whole check runs on a fork of the CPU generator).
         """
         with torch.random.fork_rng(devices=[]):
-            return self._check(function)
+            feedback = self._check(function)
+        from . import records  # a small module of its own: the checks write through it
+        note = records.record(self.name or self.title, feedback)
+        if note:
+            feedback.message += note
+        return feedback
 
     def _check(self, function) -> Feedback:
         if not callable(function):
@@ -371,8 +470,12 @@ class FunctionExercise:
             args, kwargs = case.fresh_args()
             with torch.random.fork_rng(devices=[]):  # a random reference must not move the learner's stream
                 expected = self.reference(*args, **kwargs)
-            problem = self._shape_of_return(got, expected) or self._compare(
-                _as_tuple(got), _as_tuple(expected), case, previous, function)
+            try:
+                problem = self._shape_of_return(got, expected) or self._compare(
+                    _as_tuple(got), _as_tuple(expected), case, previous, function)
+            except Exception as error:  # an answer too odd to compare: say so, never a traceback
+                problem = (f"your answer could not be compared with the expected one ({type(error).__name__}: "
+                           f"{error}). Expected {self._expected_text(expected)}, got {self._expected_text(got)}.")
             if problem:
                 return self._wrong(f"on {case.description}, {problem}")
             for rule in self.rules:
@@ -384,6 +487,12 @@ class FunctionExercise:
                                    f"({', '.join(c.description for c in cases)}).")
 
     # --- comparison ---------------------------------------------------------------------------
+    @staticmethod
+    def _expected_text(value) -> str:
+        if isinstance(value, tuple):
+            return "(" + ", ".join(_describe(v) for v in value) + ")"
+        return _describe(value)
+
     def _ask_for_hint(self) -> str:
         if self.name:
             return f"\n   Stuck? `{self.name}.hint()` gives a nudge."
@@ -443,6 +552,8 @@ class FunctionExercise:
             return None
         if not isinstance(answer, torch.Tensor):
             return f"expected {_describe(right)}, got {_describe(answer)}."
+        if answer.is_complex() and not right.is_complex():
+            return f"your result has dtype {answer.dtype}, expected {right.dtype}."
         if answer.shape != right.shape:
             return (f"your result has shape {tuple(answer.shape)}, the expected shape is {tuple(right.shape)}. "
                     f"Check which dimensions you multiply, sum or keep.")
@@ -463,7 +574,9 @@ class FunctionExercise:
         if (right.dtype == torch.bool) != (answer.dtype == torch.bool):
             return False
         if right.dtype == torch.bool:
-            return answer.shape == right.shape and bool(torch.equal(answer, right))
+            return answer.shape == right.shape and bool(torch.equal(answer.cpu(), right.cpu()))
+        if answer.is_complex() != right.is_complex():
+            return False
         answer = answer.detach().to("cpu", torch.float64)
         right = right.detach().to("cpu", torch.float64)
         return answer.shape == right.shape and bool(torch.allclose(answer, right, rtol=self.rtol, atol=self.atol,
@@ -473,7 +586,7 @@ class FunctionExercise:
         if len(got) != len(expected):
             return False
         return all(isinstance(a, torch.Tensor) and self._close(a, b) if isinstance(b, torch.Tensor)
-                   else (not isinstance(a, torch.Tensor) and a == b) for a, b in zip(got, expected))
+                   else _values_equal(a, b) for a, b in zip(got, expected))
 
     def _same_as_before(self, got: tuple, expected: tuple, previous) -> str | None:
         for earlier_case, earlier_got, earlier_expected in previous:
@@ -495,18 +608,24 @@ class FunctionExercise:
         for position, (answer, right) in enumerate(zip(got, expected)):
             which = f" of output {position + 1}" if len(expected) > 1 else ""
             if not isinstance(right, torch.Tensor):
-                if answer != right:
-                    return f"you returned {answer!r}{which}, expected {right!r}."
+                if not _values_equal(answer, right):
+                    shown = repr(answer)
+                    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+                    return f"you returned {shown}{which}, expected {right!r}."
                 continue
+            if not isinstance(answer, torch.Tensor) or answer.shape != right.shape:
+                return f"expected {_describe(right)}{which}, got {_describe(answer)}."
             if self._close(answer, right):
                 continue
             if right.dtype == torch.bool:
-                index = tuple(int(i) for i in (answer.bool() != right).nonzero()[0])
+                far = answer.detach().cpu().bool() != right.detach().cpu()
             else:
+                # isclose, not |a - r| > tol: with r = -inf and a finite, both sides of that test are inf.
                 a64, r64 = answer.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
-                far = (a64 - r64).abs() > self.atol + self.rtol * r64.abs()
-                far |= torch.isnan(a64) != torch.isnan(r64)
-                index = tuple(int(i) for i in far.nonzero()[0])
+                far = ~torch.isclose(a64, r64, rtol=self.rtol, atol=self.atol, equal_nan=True)
+            if not bool(far.any()):
+                continue
+            index = tuple(int(i) for i in far.nonzero()[0])
             value, want = answer[index].item(), right[index].item()
             shown = (lambda v: repr(v)) if right.dtype == torch.bool else (lambda v: f"{v:.4f}")
             return (f"the shape is right but the values are not: at {_position_text(index)}{which} you have "
