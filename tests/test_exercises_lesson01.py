@@ -97,12 +97,24 @@ def test_the_score_matrix_example_of_the_exercise_core_still_works():
     assert lesson01.score_matrix.check(lambda x: x @ x.T).passed
 
 
-def test_the_lesson_shows_keepdim_before_the_cosine_exercise_needs_it():
+def test_the_cosine_hints_explain_keepdim_which_the_lesson_does_not_show(capsys):
+    """Notebook 01 divides nothing by a row's own number (notebook 02 does): the second hint explains keepdim."""
+    exercise = lesson01.cosine_scores
+    exercise._hints_shown = 0
+    exercise.hint()
+    exercise.hint()
+    assert "keepdim=True" in capsys.readouterr().out
+
+
+def test_the_notebook_pre_fills_the_spot_the_bug_with_its_own_buggy_code():
+    import inspect
     import json
     from pathlib import Path
 
     path = Path(__file__).resolve().parents[1] / "notebooks" / "01_dot_product_scores.ipynb"
     cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-    exercise = next(i for i, c in enumerate(cells) if "lesson01.cosine_scores.check(" in "".join(c["source"]))
-    lesson_code = ["".join(c["source"]) for c in cells[:exercise] if c["cell_type"] == "code"]
-    assert any("keepdim=True" in source for source in lesson_code)
+    cell = next("".join(c["source"]) for c in cells
+                if c["cell_type"] == "code" and "lesson01.mixed_scores.check(" in "".join(c["source"]))
+    body = [line for line in cell.splitlines()[2:] if line.strip() and "check(" not in line]
+    buggy = inspect.getsource(lesson01.buggy_mixed_scores).splitlines()[1:]
+    assert body == buggy

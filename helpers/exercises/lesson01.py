@@ -93,8 +93,9 @@ cosine_scores = FunctionExercise(
     cases=_cosine_cases,
     hint=["What is the dot product of two vectors of length 1? Can you make every token's vector have length 1 "
           "first, without changing its direction?",
-          "`.norm(dim=...)` gives lengths. Along which dimension do a token's own components run? Section 7(b) "
-          "divided each row of S by its own sum with `keepdim=True`: the same trick lines up a division by lengths."],
+          "`.norm(dim=...)` gives lengths. Along which dimension do a token's own components run? To divide each "
+          "row by its own length, the lengths must stand in a column, shape (T, 1): `keepdim=True` keeps the "
+          "reduced dimension with size 1, and the division then broadcasts row by row."],
     solution=_solution_cosine_scores,
     rules=[no_loops()],
     mistakes=[
