@@ -1,10 +1,12 @@
 """Notebook 11's exercises: right answers in any reasonable form pass, the real bugs are named."""
 
 import torch
+import torch.nn.functional as F
 
 from helpers.exercises import lesson11
 from helpers.generation import decode_mask
 from helpers.masks import sliding_window_mask
+from helpers.positions import apply_rope
 
 
 def test_window_mask_accepts_other_right_forms():
@@ -35,59 +37,109 @@ def test_window_mask_rejects_calling_the_course_masks():   # as a notebook impor
         assert feedback.status == "wrong" and "not to call" in feedback.message
 
 
-def test_grouped_heads_names_is_causal_on_a_chunk_after_a_cache():
-    feedback = lesson11.grouped_heads.check(lesson11.grouped_heads.buggy)
-    assert feedback.status == "wrong" and "is_causal=True" in feedback.message and "top-left" in feedback.message
+def test_window_mask_states_the_rule_it_enforces():
+    assert "decode_mask" in lesson11.window_mask.task and "sliding_window_mask" in lesson11.window_mask.task
 
 
-def test_grouped_heads_names_repeat_instead_of_repeat_interleave():
-    def tiled(queries, keys, values):
-        group = queries.shape[1] // keys.shape[1]
-        keys, values = keys.repeat(1, group, 1, 1), values.repeat(1, group, 1, 1)
-        num_queries, num_keys = queries.shape[2], keys.shape[2]
-        mask = torch.ones(num_queries, num_keys, dtype=torch.bool).triu(num_keys - num_queries + 1)
-        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ values
-    feedback = lesson11.grouped_heads.check(tiled)
-    assert feedback.status == "wrong" and "repeat_interleave" in feedback.message
+def test_window_mask_names_one_key_too_many_and_the_missing_causal_part():
+    def one_too_many(num_queries, num_keys, window_size):
+        p, j = torch.arange(num_keys - num_queries, num_keys)[:, None], torch.arange(num_keys)[None, :]
+        return (j > p) | (j < p - window_size)
+
+    def window_only(num_queries, num_keys, window_size):
+        p, j = torch.arange(num_keys - num_queries, num_keys)[:, None], torch.arange(num_keys)[None, :]
+        return j <= p - window_size
+    assert "window_size + 1" in lesson11.window_mask.check(one_too_many).message
+    assert "causal" in lesson11.window_mask.check(window_only).message
 
 
-def test_grouped_heads_names_the_top_left_mask():
-    def top_left(queries, keys, values):
-        group = queries.shape[1] // keys.shape[1]
-        keys, values = keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1)
-        mask = torch.ones(queries.shape[2], keys.shape[2], dtype=torch.bool).triu(1)
-        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ values
-    feedback = lesson11.grouped_heads.check(top_left)
-    assert feedback.status == "wrong" and "top-left" in feedback.message
+# --- exercise 2: RoPE after a cache ---------------------------------------------------------------------------
+def _attend(queries, keys, values):
+    """Plain causal attention of the last T_q positions, written out (bottom-right mask, stable softmax)."""
+    num_new, num_keys = queries.shape[1], keys.shape[1]
+    hide = torch.ones(num_new, num_keys, dtype=torch.bool).triu(num_keys - num_new + 1)
+    scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(hide, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
 
 
-def test_grouped_heads_accepts_an_index_form_and_torchs_attention_but_not_the_course_helper():
-    def by_index(queries, keys, values):
-        group = queries.shape[1] // keys.shape[1]
-        index = torch.arange(queries.shape[1]) // group                      # query head h -> h // G
-        keys, values = keys[:, index], values[:, index]
-        num_queries, num_keys = queries.shape[2], keys.shape[2]
-        mask = torch.ones(num_queries, num_keys, dtype=torch.bool).triu(num_keys - num_queries + 1)
-        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(mask, float("-inf"))
-        return torch.softmax(scores, dim=-1) @ values
-    assert lesson11.grouped_heads.check(by_index).passed
+def test_rope_cache_names_the_missing_position_offset():
+    feedback = lesson11.rope_cache.check(lesson11.rope_cache.buggy)
+    assert feedback.status == "wrong" and "positions num_cached" in feedback.message
 
-    def via_torch(queries, keys, values):   # PyTorch's attention with the bottom-right mask is a right answer
-        group = queries.shape[1] // keys.shape[1]
-        mask = torch.ones(queries.shape[2], keys.shape[2], dtype=torch.bool).triu(
-            keys.shape[2] - queries.shape[2] + 1)
-        return torch.nn.functional.scaled_dot_product_attention(
-            queries, keys.repeat_interleave(group, dim=1), values.repeat_interleave(group, dim=1), attn_mask=~mask)
-    assert lesson11.grouped_heads.check(via_torch).passed
 
-    def via_course_helper(queries, keys, values):
-        from helpers.gqa import expand_kv_heads
-        mask = torch.ones(queries.shape[2], keys.shape[2], dtype=torch.bool).triu(
-            keys.shape[2] - queries.shape[2] + 1)
-        return torch.nn.functional.scaled_dot_product_attention(
-            queries, expand_kv_heads(keys, queries.shape[1]), expand_kv_heads(values, queries.shape[1]),
-            attn_mask=~mask)
-    feedback = lesson11.grouped_heads.check(via_course_helper)
-    assert feedback.status == "wrong" and "not to call" in feedback.message
+def test_rope_cache_accepts_right_answers_in_several_styles():
+    def offset_by_cache(queries, keys, values, cached_keys, cached_values):
+        start = cached_keys.shape[1]
+        positions = start + torch.arange(queries.shape[1])
+        keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+        return _attend(apply_rope(queries, positions), keys, torch.cat([cached_values, values], dim=1))
+
+    def via_torch(queries, keys, values, cached_keys, cached_values):   # PyTorch's attention, a boolean keep-mask
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        positions = torch.arange(num_cached, num_cached + num_new)
+        keep = torch.ones(num_new, num_cached + num_new, dtype=torch.bool).tril(num_cached)
+        return F.scaled_dot_product_attention(
+            apply_rope(queries, positions), torch.cat([cached_keys, apply_rope(keys, positions)], dim=1),
+            torch.cat([cached_values, values], dim=1), attn_mask=keep)
+
+    def rotate_all_at_their_positions(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        # rotate the whole sequence, then keep the last T_q rows: the same angles
+        positions = torch.arange(num_cached + num_new)
+        padded_q = torch.cat([torch.zeros_like(cached_keys), queries], dim=1)
+        padded_k = torch.cat([torch.zeros_like(cached_keys), keys], dim=1)
+        queries, new_keys = apply_rope(padded_q, positions)[:, num_cached:], apply_rope(padded_k, positions)[:, num_cached:]
+        return _attend(queries, torch.cat([cached_keys, new_keys], dim=1), torch.cat([cached_values, values], dim=1))
+
+    for answer in (offset_by_cache, via_torch, rotate_all_at_their_positions):
+        assert lesson11.rope_cache.check(answer).passed, answer.__name__
+
+
+def test_rope_cache_names_keys_rotated_twice_unrotated_queries_and_the_top_left_mask():
+    def rotated_twice(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        keys = apply_rope(torch.cat([cached_keys, keys], dim=1))             # cache read back and turned again
+        return _attend(apply_rope(queries, torch.arange(num_cached, num_cached + num_new)), keys,
+                       torch.cat([cached_values, values], dim=1))
+
+    def queries_not_rotated(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        keys = torch.cat([cached_keys, apply_rope(keys, torch.arange(num_cached, num_cached + num_new))], dim=1)
+        return _attend(queries, keys, torch.cat([cached_values, values], dim=1))
+
+    def is_causal(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        positions = torch.arange(num_cached, num_cached + num_new)
+        return F.scaled_dot_product_attention(
+            apply_rope(queries, positions), torch.cat([cached_keys, apply_rope(keys, positions)], dim=1),
+            torch.cat([cached_values, values], dim=1), is_causal=True)
+
+    for answer, words in ((rotated_twice, "again"), (queries_not_rotated, "queries are not rotated"),
+                          (is_causal, "top-left")):
+        feedback = lesson11.rope_cache.check(answer)
+        assert feedback.status == "wrong" and words in feedback.message, (answer.__name__, feedback.message)
+
+
+def test_rope_cache_catches_a_softmax_without_the_maximum_on_large_scores():
+    def naive_softmax(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        positions = torch.arange(num_cached, num_cached + num_new)
+        queries = apply_rope(queries, positions)
+        keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+        hide = torch.ones(num_new, keys.shape[1], dtype=torch.bool).triu(num_cached + 1)
+        scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(hide, float("-inf"))
+        weights = scores.exp() / scores.exp().sum(dim=-1, keepdim=True)       # overflows once scores pass ~88
+        return weights @ torch.cat([cached_values, values], dim=1)
+    feedback = lesson11.rope_cache.check(naive_softmax)
+    assert feedback.status == "wrong" and "nan" in feedback.message and "times" in feedback.message
+
+
+def test_every_checker_survives_inf_and_nan_answers():
+    for value in (float("nan"), float("inf"), float("-inf")):
+        def flat_mask(num_queries, num_keys, window_size, value=value):
+            return torch.full((num_queries, num_keys), value)
+
+        def flat_context(queries, keys, values, cached_keys, cached_values, value=value):
+            return torch.full_like(queries, value)
+        assert lesson11.window_mask.check(flat_mask).status == "wrong"
+        assert lesson11.rope_cache.check(flat_context).status == "wrong"

@@ -1,17 +1,19 @@
 """Exercises for notebook 11: attention at generation time.
 
-1. the sliding-window mask for new queries that meet cached keys;
-2. spot the bug: a chunk of new tokens after a cache, masked with is_causal=True.
+1. the sliding-window mask for new queries that meet cached keys (the course's masks are off limits);
+2. spot the bug: RoPE after a cache, new queries and keys rotated as if they stood at position 0.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
+from ..attention import scaled_dot_product_attention
+from ..gqa import decode_mask
+from ..positions import apply_rope
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["window_mask", "grouped_heads"]
+__all__ = ["window_mask", "rope_cache"]
 
 
 # --- 1. the window mask for queries at the end of the keys -------------------------------------------------------
@@ -24,7 +26,6 @@ def _mask_cases(g: torch.Generator) -> list[Case]:
 
 
 def _reference_window_mask(num_queries, num_keys, window_size):
-    from ..gqa import decode_mask
     return decode_mask(num_queries, num_keys, window_size)
 
 
@@ -55,7 +56,8 @@ window_mask = FunctionExercise(
     "The window mask for new queries",
     "write window_mask(num_queries, num_keys, window_size): the bool mask (num_queries, num_keys), True = hide, "
     "for the last num_queries tokens of a sequence of num_keys tokens (the new tokens, after a cache) meeting "
-    "all num_keys keys, with a sliding window: a query at position p sees the keys j with p - window_size < j <= p.",
+    "all num_keys keys, with a sliding window: a query at position p sees the keys j with p - window_size < j <= p. "
+    "Build it from positions: calls of the course's decode_mask and sliding_window_mask are not accepted.",
     reference=_reference_window_mask,
     cases=_mask_cases,
     hint=["Write down the position of each query first: with 2 new queries among 4 keys, which positions are they "
@@ -73,88 +75,118 @@ window_mask = FunctionExercise(
     ],
     rules=[forbids("helpers.gqa.decode_mask", "helpers.generation.decode_mask", "helpers.decode_mask",
                    "helpers.masks.sliding_window_mask", "helpers.sliding_window_mask",
-                   why="Build the mask from positions yourself.")],
+                   why="The task asks you to build the mask from positions yourself.")],
 )
 
 
-# --- 2. spot the bug: query heads paired with the wrong key/value heads --------------------------------------
-def _heads_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, heads, kv_heads, num_queries, num_keys, head_dim):
-        queries = torch.randn(batch, heads, num_queries, head_dim, generator=g)
-        keys = torch.randn(batch, kv_heads, num_keys, head_dim, generator=g)
-        values = torch.randn(batch, kv_heads, num_keys, head_dim, generator=g)
-        return Case(description, (queries, keys, values))
-    return [case("4 query heads, 2 key/value heads, 1 new query, 5 keys", 1, 4, 2, 1, 5, 8),
-            case("6 query heads, 3 key/value heads, 3 new queries, 7 keys", 2, 6, 3, 3, 7, 4),
-            case("8 query heads, 2 key/value heads, 4 queries, 4 keys (no cache)", 1, 8, 2, 4, 4, 4),
-            case("4 query heads, 1 key/value head (multi-query), 2 new queries, 6 keys", 1, 4, 1, 2, 6, 4)]
+# --- 2. spot the bug: RoPE after a cache --------------------------------------------------------------------------
+def _rope_cases(g: torch.Generator) -> list[Case]:
+
+    def case(description, batch, num_cached, num_new, head_dim, scale=1.0):
+        queries = scale * torch.randn(batch, num_new, head_dim, generator=g)
+        keys = scale * torch.randn(batch, num_new, head_dim, generator=g)
+        values = torch.randn(batch, num_new, head_dim, generator=g)
+        cached_keys = apply_rope(scale * torch.randn(batch, num_cached, head_dim, generator=g))  # rotated at 0..
+        cached_values = torch.randn(batch, num_cached, head_dim, generator=g)
+        return Case(description, (queries, keys, values, cached_keys, cached_values))
+    return [case("1 new token after 5 cached ones", 1, 5, 1, 8),
+            case("3 new tokens after 4 cached ones, batch of 2", 2, 4, 3, 8),
+            case("1 new token after 11 cached ones, large scores (inputs times 8)", 1, 11, 1, 16, scale=8.0),
+            case("2 new tokens after 1 cached one, head width 4", 1, 1, 2, 4),
+            case("4 new tokens after 7 cached ones, sharply peaked (inputs times 20)", 2, 7, 4, 8, scale=20.0)]
 
 
-def _reference_grouped(queries, keys, values):
-    from ..attention import scaled_dot_product_attention
-    from ..gqa import decode_mask, expand_kv_heads
-    mask = decode_mask(queries.shape[2], keys.shape[2], device=queries.device)
-    heads = queries.shape[1]
-    context_vecs, _ = scaled_dot_product_attention(queries, expand_kv_heads(keys, heads),
-                                                   expand_kv_heads(values, heads), mask=mask)
+def _reference_rope_step(queries, keys, values, cached_keys, cached_values):
+    num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+    positions = torch.arange(num_cached, num_cached + num_new)
+    all_keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+    all_values = torch.cat([cached_values, values], dim=1)
+    mask = decode_mask(num_new, num_cached + num_new, device=queries.device)
+    context_vecs, _ = scaled_dot_product_attention(apply_rope(queries, positions), all_keys, all_values, mask=mask)
     return context_vecs
 
 
-def buggy_grouped_attention(queries, keys, values):
-    # queries (B, H, T_q, D): a chunk of T_q new tokens; keys, values (B, H_kv, T_k, D): the cache plus the chunk
-    group_size = queries.shape[1] // keys.shape[1]                          # G = H / H_kv
-    keys = keys.repeat_interleave(group_size, dim=1)                        # (B, H_kv, T_k, D) -> (B, H, T_k, D)
-    values = values.repeat_interleave(group_size, dim=1)                    # head h gets key/value head h // G
-    return F.scaled_dot_product_attention(queries, keys, values, is_causal=True)   # (B, H, T_q, D)
+def buggy_rope_step(queries, keys, values, cached_keys, cached_values):
+    # queries, keys, values (B, T_q, D): the new tokens, not rotated yet
+    # cached_keys (B, num_cached, D): rotated when they were cached; cached_values (B, num_cached, D)
+    queries, keys = apply_rope(queries), apply_rope(keys)                  # R_i q_i, R_i k_i
+    keys = torch.cat([cached_keys, keys], dim=1)                           # (B, num_cached + T_q, D)
+    values = torch.cat([cached_values, values], dim=1)
+    mask = decode_mask(queries.shape[1], keys.shape[1])                    # (T_q, T_k): bottom-right
+    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)
+    return context_vecs                                                    # (B, T_q, D)
 
 
-def _solution_grouped_attention(queries, keys, values):
-    group_size = queries.shape[1] // keys.shape[1]                          # G = H / H_kv
-    keys = keys.repeat_interleave(group_size, dim=1)                        # head h gets key/value head h // G
-    values = values.repeat_interleave(group_size, dim=1)
-    num_queries, num_keys = queries.shape[2], keys.shape[2]
-    query_positions = torch.arange(num_keys - num_queries, num_keys, device=queries.device)[:, None]  # (T_q, 1)
-    key_positions = torch.arange(num_keys, device=queries.device)[None, :]                            # (1, T_k)
-    mask = key_positions > query_positions                                  # (T_q, T_k), True = hide
-    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5      # (B, H, T_q, D) @ (B, H, D, T_k)
-    weights = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    return weights @ values                                                 # (B, H, T_q, T_k) @ (B, H, T_k, D)
+def _solution_rope_step(queries, keys, values, cached_keys, cached_values):
+    num_cached = cached_keys.shape[1]
+    positions = torch.arange(num_cached, num_cached + queries.shape[1])   # the new tokens come after the cache
+    queries, keys = apply_rope(queries, positions), apply_rope(keys, positions)
+    keys = torch.cat([cached_keys, keys], dim=1)                           # (B, num_cached + T_q, D)
+    values = torch.cat([cached_values, values], dim=1)
+    mask = decode_mask(queries.shape[1], keys.shape[1])                    # (T_q, T_k): bottom-right
+    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)
+    return context_vecs                                                    # (B, T_q, D)
 
 
-def _repeat_heads(queries, keys, values):
-    keys = keys.repeat(1, queries.shape[1] // keys.shape[1], 1, 1)          # tiles heads: 0, 1, 0, 1
-    values = values.repeat(1, queries.shape[1] // values.shape[1], 1, 1)
-    num_queries, num_keys = queries.shape[2], keys.shape[2]
-    device = queries.device
-    positions = torch.arange(num_keys - num_queries, num_keys, device=device)[:, None]
-    mask = torch.arange(num_keys, device=device)[None, :] > positions
-    scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5
-    return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1) @ values
+def _rotated_twice(queries, keys, values, cached_keys, cached_values):
+    num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+    all_keys = apply_rope(torch.cat([cached_keys, keys], dim=1))          # the cached keys turned a second time
+    all_values = torch.cat([cached_values, values], dim=1)
+    positions = torch.arange(num_cached, num_cached + num_new)
+    return _attend(apply_rope(queries, positions), all_keys, all_values)
 
 
-grouped_heads = SpotTheBug(
-    "Spot the bug: a chunk of new tokens after a cache",
-    "grouped_attention(queries, keys, values) should return the context vectors (B, H, T_q, D) of causal "
-    "grouped-query attention for a chunk of T_q new tokens appended to a non-empty cache: queries (B, H, T_q, D) "
-    "of the new tokens, keys and values (B, H_kv, T_k, D) of all T_k tokens (the cache plus the chunk), query "
-    "head h reading key/value head h // G with G = H / H_kv. The shapes come out right, yet the answer is wrong "
-    "whenever the cache is not empty. Find the bug and fix it.",
-    reference=_reference_grouped,
-    cases=_heads_cases,
-    hint=["Take 2 new tokens after 3 cached ones (T_q = 2, T_k = 5): at which positions do the new queries sit, "
-          "and which keys may each see?",
-          "Print torch.ones(2, 5, dtype=torch.bool).tril(): the mask is_causal=True uses (True = take part)."],
-    solution=_solution_grouped_attention,
-    buggy=buggy_grouped_attention,
-    bug_message="is_causal=True aligns the causal triangle top-left: new query i sees keys 0..i only, as if the "
-                "chunk were the start of the sequence. The T_q new tokens are the LAST ones: query i sits at "
-                "position T_k - T_q + i and must see every key up to it (bottom-right), cached keys included. "
-                "With T_q = T_k (no cache) the two agree, which is why the bug hides.",
-    mistakes=[Mistake(_repeat_heads, "query head h reads key/value head h % H_kv, not h // G: .repeat tiles the "
-                                     "whole stack of key/value heads (0, 1, 0, 1 for H = 4, H_kv = 2). "
-                                     "repeat_interleave(G, dim=1) keeps the G copies of each head together "
-                                     "(0, 0, 1, 1).")],
-    rules=[forbids("helpers.gqa.expand_kv_heads",
-                   "helpers.generation.expand_kv_heads", "helpers.expand_kv_heads",
-                   why="Expand the key/value heads yourself.")],
+def _keys_only(queries, keys, values, cached_keys, cached_values):
+    num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+    positions = torch.arange(num_cached, num_cached + num_new)
+    all_keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+    return _attend(queries, all_keys, torch.cat([cached_values, values], dim=1))
+
+
+def _rope_top_left(queries, keys, values, cached_keys, cached_values):
+    num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+    positions = torch.arange(num_cached, num_cached + num_new)
+    all_keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+    all_values = torch.cat([cached_values, values], dim=1)
+    return _attend(apply_rope(queries, positions), all_keys, all_values, bottom_right=False)
+
+
+def _attend(queries, keys, values, bottom_right=True):
+    num_new, num_keys = queries.shape[1], keys.shape[1]
+    offset = num_keys - num_new if bottom_right else 0
+    hide = torch.ones(num_new, num_keys, dtype=torch.bool).triu(offset + 1)
+    scores = (queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5).masked_fill(hide, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ values
+
+
+rope_cache = SpotTheBug(
+    "Spot the bug: RoPE after a cache",
+    "rope_step(queries, keys, values, cached_keys, cached_values) should return the context vectors (B, T_q, D) "
+    "of one causal attention head with RoPE, for T_q new tokens that follow num_cached cached ones: queries, keys, "
+    "values (B, T_q, D) of the new tokens, not rotated yet; cached_keys (B, num_cached, D) already rotated at "
+    "positions 0 .. num_cached - 1 when they were cached; cached_values (B, num_cached, D). The code runs, and its "
+    "answer is right when the cache is empty, but wrong otherwise. Find the bug and fix it. apply_rope, "
+    "decode_mask and the course's scaled_dot_product_attention (or your own softmax) may all be used.",
+    reference=_reference_rope_step,
+    cases=_rope_cases,
+    hint=["Take 1 new token after 5 cached ones. At which position does it stand, and at which position does "
+          "apply_rope(queries) put it?",
+          "RoPE scores depend on the offset between a query's position and a key's position (notebook 09). Which "
+          "offsets come out right in the buggy code, and which wrong?"],
+    solution=_solution_rope_step,
+    buggy=buggy_rope_step,
+    bug_message="apply_rope(x) without positions turns the new tokens as if they stood at positions 0, 1, ...: "
+                "the scores between new tokens keep their right offsets (both sides moved alike), but every "
+                "score against a cached key sees the wrong offset. The new tokens stand at positions num_cached, "
+                "num_cached + 1, ...: pass those positions to apply_rope, for the queries and the keys.",
+    mistakes=[
+        Mistake(_rotated_twice, "the cached keys were rotated when they were cached, and your code turns them "
+                                "again: key j ends up at angle 2 j omega_r. Rotate only the new keys, at their "
+                                "positions, and append them to the cache as they are."),
+        Mistake(_keys_only, "the queries are not rotated: a score compares R_p q with R_j k, so the query must be "
+                            "turned by its own position too, or the score depends on the key's absolute position."),
+        Mistake(_rope_top_left, "your mask is aligned top-left, as is_causal=True aligns it: new query i then sees keys "
+                           "0..i only. The new queries are the last tokens: query i sits at position "
+                           "num_cached + i and sees every key up to it (section 2, bottom-right)."),
+    ],
 )
