@@ -33,6 +33,22 @@ Measured on the course's 2-core test machines (shared/NOTEBOOK-TESTING.md and
   picture, so the notebook reads like a book on GitHub and offline.
 * No extra front-end extension, no CDN: ``widgets.Image`` is core ipywidgets 8.
 
+Two ways to deliver a picture (``transport``)
+---------------------------------------------
+* ``"image"``: a ``widgets.Image`` whose ``value`` is the PNG bytes; ipywidgets
+  sends them as a binary buffer beside the JSON message and the browser shows
+  them through a ``blob:`` URL. The default wherever it works.
+* ``"text"``: a ``widgets.HTML`` holding ``<img src="data:image/png;base64,...">``;
+  the message is JSON text only (a third larger). For front ends that do not
+  handle binary comm buffers: Colab's widget manager has a history of not
+  doing so (googlecolab/colabtools#587, googlecolab/colab-cdn-widget-manager#33),
+  so it is chosen automatically in Colab.
+Choose with ``LiveFigure(..., transport=...)`` or, for every picture, the
+environment variable ``ATTENTION_COURSE_LIVE_TRANSPORT`` (``image``, ``text`` or
+``auto``) set before the kernel starts or before a live picture is built.
+``benchmarks/sliders.py`` measures both in one run; both pictures carry the CSS
+class ``course-live-picture``.
+
 Blitting: how a slider step stays fast
 --------------------------------------
 The builders mark the artists they change on every update as *animated*
@@ -58,7 +74,9 @@ has the same layout as the stored static one.
 from __future__ import annotations
 
 import base64
+import os
 import struct
+import sys
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 
@@ -71,7 +89,12 @@ from matplotlib.transforms import Bbox
 
 from ._text_cache import new_canvas
 
-__all__ = ["LiveFigure", "InPlaceRenderer", "encode_png", "float_slider", "int_slider", "steps_slider", "choice"]
+__all__ = ["LiveFigure", "InPlaceRenderer", "encode_png", "float_slider", "int_slider", "steps_slider", "choice",
+           "choose_transport", "TRANSPORTS", "TRANSPORT_VARIABLE"]
+
+TRANSPORTS = ("image", "text")
+TRANSPORT_VARIABLE = "ATTENTION_COURSE_LIVE_TRANSPORT"
+PICTURE_CLASS = "course-live-picture"
 
 _STYLE = {"description_width": "initial"}
 _LAYOUT = widgets.Layout(width="420px")
@@ -224,6 +247,30 @@ class InPlaceRenderer:
         return encode_png(pixels[..., :3] if self._opaque else pixels, self.compress_level)
 
 
+def _in_colab() -> bool:
+    """True in a Google Colab kernel (its runtime sets COLAB_RELEASE_TAG and imports google.colab)."""
+    return "google.colab" in sys.modules or "COLAB_RELEASE_TAG" in os.environ
+
+
+def choose_transport(transport: str | None = None) -> str:
+    """How a live picture reaches the browser: ``"image"`` (binary buffers) or ``"text"`` (a data URL).
+
+    ``transport`` wins if given; else the environment variable ``ATTENTION_COURSE_LIVE_TRANSPORT``; ``"auto"``
+    (or neither) picks ``"text"`` in Colab and ``"image"`` everywhere else.
+    """
+    source = "transport"
+    if transport is None:
+        transport, source = os.environ.get(TRANSPORT_VARIABLE, "auto"), TRANSPORT_VARIABLE
+    if not isinstance(transport, str):
+        raise TypeError(f"{source} must be a string, one of image, text or auto; got {type(transport).__name__}")
+    choice_ = transport.strip().lower()
+    if choice_ == "auto":
+        return "text" if _in_colab() else "image"
+    if choice_ not in TRANSPORTS:
+        raise ValueError(f"{source} must be one of image, text or auto; got {transport!r}")
+    return choice_
+
+
 class LiveFigure(widgets.VBox):
     """Controls, then a picture of ``fig`` that ``redraw`` keeps up to date.
 
@@ -238,12 +285,16 @@ class LiveFigure(widgets.VBox):
         dpi: resolution of the rendered picture.
         animated: further artists that ``redraw`` changes (e.g. a line from
             ``ax.axvline``), so that changing them stays on the fast path.
+        transport: ``"image"``, ``"text"`` or ``"auto"``; ``None`` reads the
+            environment (:func:`choose_transport`).
+
+    ``png`` holds the PNG bytes of the picture shown now, ``initial_png`` those of the first one.
 
     The builder never displays anything itself: end a cell with it.
     """
 
     def __init__(self, fig: Figure, redraw: Callable[..., None], controls: Mapping[str, widgets.ValueWidget],
-                 *, dpi: int = 80, animated: Iterable[Artist] = ()):
+                 *, dpi: int = 80, animated: Iterable[Artist] = (), transport: str | None = None):
         if not isinstance(fig, Figure):
             raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
         if not callable(redraw):
@@ -254,16 +305,23 @@ class LiveFigure(widgets.VBox):
             if not isinstance(artist, Artist):
                 raise TypeError(f"animated must hold matplotlib artists, got {type(artist).__name__}")
             artist.set_animated(True)
+        self.transport = choose_transport(transport)
         self.fig, self.redraw, self.controls, self.dpi = fig, redraw, dict(controls), dpi
         self.renderer = InPlaceRenderer(fig, dpi=dpi)
         # Shown at the size it is rendered, never stretched to the width of the notebook.
-        width_px = round(fig.get_figwidth() * dpi)
-        self.image = widgets.Image(format="png", layout=widgets.Layout(width=f"{width_px}px", height="auto"))
+        self._width_px = round(fig.get_figwidth() * dpi)
+        layout = widgets.Layout(width=f"{self._width_px}px", height="auto")
+        if self.transport == "image":
+            self.image = widgets.Image(format="png", layout=layout)
+        else:
+            self.image = widgets.HTML(layout=layout)
+        self.image.add_class(PICTURE_CLASS)
+        self.png = b""
         super().__init__(children=[*self.controls.values(), self.image])
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self.refresh()
-        self.initial_png = bytes(self.image.value)
+        self.initial_png = self.png
 
     def values(self) -> dict:
         """The current value of every control, by name."""
@@ -272,7 +330,13 @@ class LiveFigure(widgets.VBox):
     def refresh(self) -> None:
         """Redraw for the current values and swap the new picture in."""
         self.redraw(**self.values())
-        self.image.value = self.renderer.render()
+        self.png = self.renderer.render()
+        if self.transport == "image":
+            self.image.value = self.png
+        else:
+            data = base64.b64encode(self.png).decode("ascii")
+            self.image.value = (f'<img src="data:image/png;base64,{data}" alt="live picture" '
+                                f'style="width: {self._width_px}px; max-width: 100%; height: auto">')
 
     def _on_change(self, _change) -> None:
         self.refresh()

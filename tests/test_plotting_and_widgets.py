@@ -1,8 +1,11 @@
 """Heatmaps, live figures and exercise checks."""
 
+import base64
+import re
 import subprocess
 import sys
 
+import ipywidgets as widgets
 import pytest
 import torch
 
@@ -65,7 +68,7 @@ def test_heatmap_rejects_bad_input():
         heatmap.update(torch.eye(2))
 
 
-def _live_figure():
+def _live_figure(**options):
     fig = new_figure()
     heatmap = Heatmap(fig.axes[0], torch.zeros(3, 3), TOKENS, TOKENS, vmin=0, vmax=5)
     calls = []
@@ -76,7 +79,7 @@ def _live_figure():
         matrix[TOKENS.index(row)] = scale
         heatmap.update(matrix)
 
-    live = LiveFigure(fig, redraw, {"row": choice("row", TOKENS), "scale": int_slider("scale", 1, 0, 5)})
+    live = LiveFigure(fig, redraw, {"row": choice("row", TOKENS), "scale": int_slider("scale", 1, 0, 5)}, **options)
     return live, calls
 
 
@@ -99,6 +102,56 @@ def test_live_figure_repr_and_static_picture():
     assert bundle["text/plain"] == "LiveFigure(row='a', scale=1)"
     assert "application/vnd.jupyter.widget-view+json" in bundle
     assert bundle["image/png"].startswith("iVBOR")  # base64 of a PNG signature
+
+
+def _picture_in(html: str) -> bytes:
+    match = re.fullmatch(r'<img src="data:image/png;base64,([A-Za-z0-9+/=]+)"[^>]*>', html)
+    assert match, html[:200]
+    return base64.b64decode(match.group(1))
+
+
+def test_text_transport_sends_the_same_picture_in_json_text_only():
+    from ipywidgets.widgets.widget import _remove_buffers
+
+    image, _ = _live_figure(transport="image")
+    text, _ = _live_figure(transport="text")
+    assert (image.transport, text.transport) == ("image", "text")
+    assert isinstance(text.image, widgets.HTML) and "course-live-picture" in text.image._dom_classes
+    assert isinstance(image.image, widgets.Image) and "course-live-picture" in image.image._dom_classes
+    assert _picture_in(text.image.value) == text.png == text.initial_png == image.png
+    for live in (image, text):
+        live.controls["scale"].value = 4
+        live.controls["row"].value = "c"
+    assert _picture_in(text.image.value) == text.png == image.png == bytes(image.image.value) != text.initial_png
+    # What goes over the wire: the image transport puts the PNG in a binary buffer, the text one sends none.
+    _, _, image_buffers = _remove_buffers(image.image.get_state())
+    _, _, text_buffers = _remove_buffers(text.image.get_state())
+    assert image_buffers and not text_buffers
+    assert text._repr_mimebundle_()["image/png"] == image._repr_mimebundle_()["image/png"]  # same static picture
+
+
+def test_transport_is_chosen_by_argument_then_environment_then_colab(monkeypatch):
+    from helpers.widgets import TRANSPORT_VARIABLE, choose_transport
+
+    monkeypatch.delenv(TRANSPORT_VARIABLE, raising=False)
+    monkeypatch.delenv("COLAB_RELEASE_TAG", raising=False)
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    assert choose_transport() == "image" and choose_transport("auto") == "image"
+    monkeypatch.setenv("COLAB_RELEASE_TAG", "release-colab_20261120")
+    assert choose_transport() == "text" and choose_transport("image") == "image"
+    monkeypatch.setenv(TRANSPORT_VARIABLE, " Image ")
+    assert choose_transport() == "image" and _live_figure()[0].transport == "image"
+    monkeypatch.delenv("COLAB_RELEASE_TAG")
+    monkeypatch.setenv(TRANSPORT_VARIABLE, "text")
+    assert choose_transport() == "text" and choose_transport("image") == "image"
+    assert _live_figure()[0].transport == "text"
+    monkeypatch.setenv(TRANSPORT_VARIABLE, "bytes")
+    with pytest.raises(ValueError, match="ATTENTION_COURSE_LIVE_TRANSPORT must be one of image, text or auto"):
+        _live_figure()
+    with pytest.raises(ValueError, match="transport must be one of image, text or auto; got 'html'"):
+        choose_transport("html")
+    with pytest.raises(TypeError, match="transport must be a string"):
+        choose_transport(1)
 
 
 def test_live_figure_rejects_bad_arguments():
