@@ -1,212 +1,537 @@
-"""Notebook 06's exercises: stated instructions are checked, hints do not give the answer, right answers in any
-reasonable form pass and plausible wrong ones are named."""
+"""Notebook 06's exercises: the capstone (a causal multi-head attention class) and the fused-projection spot-the-bug.
+
+Right answers written in several styles pass; each plausible wrong answer is rejected with its own message;
+answers that produce inf or nan get a message, never a traceback."""
 
 from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
-from helpers.exercises import lesson06
-from helpers.heads import layer_cost
-from helpers.modules import MultiHeadAttention, MultiHeadAttentionWrapper
+from helpers.exercises import SpotTheBug, lesson06
+from helpers.modules import MultiHeadAttention
 
-
-def _hints(exercise) -> str:
-    return " ".join(exercise._hints)
-
-
-def test_model_answers_pass():
-    for exercise in (lesson06.layer_sizes, lesson06.multi_head_bug):
-        assert exercise.check(exercise._solution).passed, exercise.title
+capstone = lesson06.causal_multi_head
+fused = lesson06.fused_qkv_bug
 
 
-def test_the_notebook_offers_a_counting_exercise_and_a_spot_the_bug():
-    assert lesson06.__all__ == ["layer_sizes", "multi_head_bug"]
-    assert not isinstance(lesson06.layer_sizes, type(lesson06.multi_head_bug))
+def test_the_notebook_offers_the_capstone_and_one_spot_the_bug():
+    assert lesson06.__all__ == ["causal_multi_head", "fused_qkv_bug"]
+    assert isinstance(fused, SpotTheBug) and not isinstance(capstone, SpotTheBug)
 
 
-def test_layer_sizes_reference_is_the_measured_layer():
-    assert lesson06.layer_sizes.reference("split", 768, 768, 12, True) == (64, 768, 2_362_368)
-    assert lesson06.layer_sizes.reference("split", 768, 768, 12, False) == (64, 768, 2_360_064)
-    assert lesson06.layer_sizes.reference("wrapper", 3, 2, 2, False) == (2, 4, 36)
+# --- the capstone: learner-style classes -------------------------------------------------------------------------
+class Learner(nn.Module):
+    """A right answer, one overridable method per step, so that each wrong answer below changes one step."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.d_out, self.num_heads, self.head_dim = d_out, num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+
+    def split(self, t):
+        b, n, _ = t.shape
+        return t.view(b, n, self.num_heads, self.head_dim).transpose(1, 2)
+
+    def scale(self):
+        return self.head_dim ** 0.5
+
+    def hide(self, n):
+        return self.mask.bool()[:n, :n]
+
+    def weights(self, scores, n):
+        return torch.softmax(scores.masked_fill(self.hide(n), -torch.inf), dim=-1)
+
+    def merge(self, context):
+        b, _, n, _ = context.shape
+        return context.transpose(1, 2).contiguous().view(b, n, self.d_out)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        w = self.dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n))
+        return self.out_proj(self.merge(w @ v))
 
 
-def test_layer_sizes_accepts_other_right_forms():
-    def with_floats_and_if(kind, d_in, d_out, num_heads, qkv_bias):
-        per_linear = d_in * d_out + d_out * int(qkv_bias)
-        if kind == "split":
-            if not (d_out / num_heads).is_integer():
-                return None
-            return d_out / num_heads, d_out, 3 * per_linear + d_out * (d_out + 1)
-        return d_out, d_out * num_heads, 3 * num_heads * per_linear
+class WithEinsum(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.h = num_heads
+        self.W_query, self.W_key, self.W_value = (nn.Linear(d_in, d_out, bias=qkv_bias) for _ in range(3))
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.drop = nn.Dropout(dropout)
 
-    assert lesson06.layer_sizes.check(with_floats_and_if).passed
-
-
-def test_layer_sizes_forbids_building_the_layer():
-    def builds(kind, d_in, d_out, num_heads, qkv_bias):
-        cls = MultiHeadAttentionWrapper if kind == "wrapper" else MultiHeadAttention
-        layer = cls(d_in, d_out, 1, 0.0, num_heads, qkv_bias=qkv_bias)
-        head_dim = layer.heads[0].d_out if kind == "wrapper" else layer.head_dim
-        width = num_heads * d_out if kind == "wrapper" else d_out
-        return head_dim, width, sum(p.numel() for p in layer.parameters())
-
-    feedback = lesson06.layer_sizes.check(builds)
-    assert not feedback and "torch.nn.Linear" in feedback.message
-
-    def uses_the_cost_helper(kind, d_in, d_out, num_heads, qkv_bias):
-        if kind == "wrapper":
-            return d_out, num_heads * d_out, num_heads * 3 * (d_in * d_out + d_out * qkv_bias)
-        cost = layer_cost(d_in, num_heads, d_out // num_heads, 1, d_out=d_out, qkv_bias=qkv_bias)
-        return d_out // num_heads, d_out, cost.parameters
-
-    feedback = lesson06.layer_sizes.check(uses_the_cost_helper)
-    assert not feedback and "layer_cost" in feedback.message
-    # the rule is lifted afterwards: the real nn.Linear is back
-    assert torch.nn.Linear.__name__ == "Linear" and isinstance(torch.nn.Linear(2, 2), torch.nn.Module)
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = (proj(x).reshape(b, t, self.h, -1) for proj in (self.W_query, self.W_key, self.W_value))
+        scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        w = self.drop(F.softmax(scores.masked_fill(future, float("-inf")), dim=3))
+        context = torch.einsum("bhqk,bkhd->bqhd", w, v)
+        return self.out_proj(context.reshape(b, t, -1))
 
 
-def test_layer_sizes_says_which_number_is_off_without_giving_it():
-    def off_by_one(kind, d_in, d_out, num_heads, qkv_bias):
-        head_dim, width, count = lesson06.layer_sizes._solution(kind, d_in, d_out, num_heads, qkv_bias)
-        return head_dim, width, count + 1
+class WithUnflattenAndFunctionalDropout(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.num_heads, self.p = num_heads, dropout
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.register_buffer("keep", torch.tril(torch.ones(context_length, context_length, dtype=torch.bool)))
 
-    message = lesson06.layer_sizes.check(off_by_one).message
-    assert "parameter count is too high" in message and "36" not in message and "37" not in message
-
-
-def test_layer_sizes_names_the_two_readings_of_d_out():
-    def both_like_split(kind, d_in, d_out, num_heads, qkv_bias):
-        return lesson06.layer_sizes._solution("split", d_in, d_out, num_heads, qkv_bias)[:2] + (0,)
-
-    assert "d_out is the width of each head" in lesson06.layer_sizes.check(both_like_split).message
-
-
-def _split(x, num_heads):
-    b, t, d = x.shape
-    return x.view(b, t, num_heads, d // num_heads).transpose(1, 2)  # (B, H, T, D)
-
-
-def test_multi_head_bug_is_named_and_accepts_an_sdpa_fix():
-    assert "land in the wrong features" in lesson06.multi_head_bug.check(lesson06.multi_head_bug.buggy).message
-
-    def with_sdpa(queries, keys, values, num_heads):
-        b, t, d = queries.shape
-        q, k, v = (_split(x, num_heads) for x in (queries, keys, values))
-        context = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return context.transpose(1, 2).reshape(b, t, d)
-
-    assert lesson06.multi_head_bug.check(with_sdpa).passed
-
-    def with_cat(queries, keys, values, num_heads):                     # the wrapper's way of merging
-        b, t, d = queries.shape
-        q, k, v = (_split(x, num_heads) for x in (queries, keys, values))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        weights = torch.softmax((q @ k.transpose(2, 3) / math.sqrt(d // num_heads)).masked_fill(mask, -math.inf), -1)
-        context = weights @ v
-        return torch.cat([context[:, h] for h in range(num_heads)], dim=-1)
-
-    assert lesson06.multi_head_bug.check(with_cat).passed
+    def forward(self, x):
+        t = x.shape[1]
+        q = self.W_query(x).unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)
+        k = self.W_key(x).unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)
+        v = self.W_value(x).unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)
+        scores = torch.matmul(q, k.mT) * q.size(-1) ** -0.5
+        scores = torch.where(self.keep[:t, :t], scores, torch.tensor(float("-inf")))
+        w = F.dropout(scores.softmax(-1), p=self.p, training=self.training)
+        return self.out_proj((w @ v).permute(0, 2, 1, 3).flatten(2))
 
 
-def test_multi_head_bug_rejects_plausible_wrong_fixes():
-    def scale_by_num_heads(queries, keys, values, num_heads):
-        b, t, d = queries.shape
-        q, k, v = (_split(x, num_heads) for x in (queries, keys, values))
-        scores = (q @ k.transpose(2, 3)).masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), float("-inf"))
-        weights = torch.softmax(scores / num_heads**0.5, dim=-1)
-        return (weights @ v).transpose(1, 2).reshape(b, t, d)
+class WithHeadLoopAndCat(Learner):
+    """Splits with slicing and merges with torch.cat, like the wrapper."""
 
-    assert not lesson06.multi_head_bug.check(scale_by_num_heads)
+    def split(self, t):
+        return torch.stack([t[..., h * self.head_dim:(h + 1) * self.head_dim] for h in range(self.num_heads)], 1)
 
-    def merge_without_transpose(queries, keys, values, num_heads):
-        b, t, d = queries.shape
-        q, k, v = (_split(x, num_heads) for x in (queries, keys, values))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        weights = torch.softmax((q @ k.transpose(2, 3) / math.sqrt(d // num_heads)).masked_fill(mask, -math.inf), -1)
-        return (weights @ v).contiguous().view(b, t, d)
-
-    feedback = lesson06.multi_head_bug.check(merge_without_transpose)
-    assert not feedback and "mixes several tokens" in feedback.message
-
-    def interleaved_everywhere(queries, keys, values, num_heads):
-        b, t, d = queries.shape
-        q, k, v = (x.view(b, t, d // num_heads, num_heads).permute(0, 3, 1, 2) for x in (queries, keys, values))
-        mask = torch.ones(t, t, dtype=torch.bool).triu(1)
-        weights = torch.softmax((q @ k.transpose(2, 3) / math.sqrt(d // num_heads)).masked_fill(mask, -math.inf), -1)
-        return (weights @ v).permute(0, 2, 3, 1).reshape(b, t, d)
-
-    feedback = lesson06.multi_head_bug.check(interleaved_everywhere)
-    assert not feedback and "(D, H) order" in feedback.message
+    def merge(self, context):
+        return torch.cat([context[:, h] for h in range(self.num_heads)], dim=-1)
 
 
-def test_multi_head_bug_is_right_with_one_head_and_each_head_is_right():
-    """The bug is in where the heads land, not in the attention: with one head it is right, and each head's
-    context vectors are all there, only in the wrong features. It also runs on the inputs' device."""
-    g = torch.Generator().manual_seed(1)
-    q, k, v = (torch.randn(2, 5, 8, generator=g) for _ in range(3))
-    buggy, reference = lesson06.buggy_multi_head, lesson06.multi_head_bug.reference
-    torch.testing.assert_close(buggy(q[..., :4], k[..., :4], v[..., :4], 1), reference(q[..., :4], k[..., :4], v[..., :4], 1))
-    wrong, right = buggy(q, k, v, 2), reference(q, k, v, 2)
-    assert not torch.allclose(wrong, right)
-    torch.testing.assert_close(wrong.sort(dim=-1).values, right.sort(dim=-1).values)  # same numbers, wrong places
-    assert "device" in lesson06.buggy_multi_head.__code__.co_names
+@pytest.mark.parametrize("right", [lesson06.causal_multi_head._solution, Learner, WithEinsum,
+                                   WithUnflattenAndFunctionalDropout, WithHeadLoopAndCat])
+def test_right_answers_in_several_styles_pass(right):
+    feedback = capstone.check(right)
+    assert feedback.passed, feedback.message
 
 
-def test_the_spot_the_bug_is_not_a_bug_the_lesson_fixed():
-    """The lesson fixes one view straight to (B, H, T, D), a view after transpose, the scale and the SDPA mask's
-    meaning in front of the learner; the buggy code gets all of those right."""
-    import inspect
-
-    source = inspect.getsource(lesson06.buggy_multi_head)
-    assert source.count(".view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)") == 3
-    assert "math.sqrt(head_dim)" in source and "scaled_dot_product_attention" not in source
-    g = torch.Generator().manual_seed(2)
-    q, k, v = (torch.randn(1, 4, 6, generator=g) for _ in range(3))
-    out = lesson06.buggy_multi_head(q, k, v, 3)
-    changed = lesson06.buggy_multi_head(q, k, torch.cat([v[:, :3], 100 + v[:, 3:]], dim=1), 3)
-    torch.testing.assert_close(out[:, :3], changed[:, :3])  # causal: later values do not reach earlier tokens
+class ViewWithoutTranspose(Learner):
+    def split(self, t):
+        b, n, _ = t.shape
+        return t.view(b, self.num_heads, n, self.head_dim)
 
 
-def test_hints_are_nudges_not_answers():
-    sizes, bug = _hints(lesson06.layer_sizes), _hints(lesson06.multi_head_bug)
-    for answer in ("d_out // num_heads", "num_heads * d_out", "d_out * d_out", "3 *", "% num_heads"):
-        assert answer not in sizes
-    import inspect
-
-    buggy_comments = " ".join(line.split("#", 1)[1] for line in inspect.getsource(lesson06.buggy_multi_head)
-                              .splitlines() if "#" in line)
-    exercise = lesson06.multi_head_bug
-    for giveaway in ("permute", "transpose", "order", "interleav", "(D, H)", "(B, T, D, H)"):
-        for text in (bug, exercise.title, exercise.task, buggy_comments):
-            assert giveaway.lower() not in text.lower(), f"{giveaway!r} gives the bug away"
+class ScaleByDOut(Learner):
+    def scale(self):
+        return self.d_out ** 0.5
 
 
-def test_placeholder_says_not_done_without_the_hint():
-    def placeholder(*args):
-        raise NotImplementedError
-
-    for exercise in (lesson06.layer_sizes, lesson06.multi_head_bug):
-        feedback = exercise.check(placeholder)
-        assert feedback.status == "not done" and _hints(exercise)[:30] not in feedback.message
+class ScaleByDIn(Learner):
+    def scale(self):
+        return self.W_query.in_features ** 0.5
 
 
-def test_layer_sizes_asks_for_none_only_where_the_class_refuses_its_arguments():
-    assert lesson06.layer_sizes.reference("split", 10, 10, 3, False) is None
-    assert lesson06.layer_sizes.reference("wrapper", 10, 10, 3, False) == (10, 30, 900)
-    assert "None" in lesson06.layer_sizes.task
+class ScaleByHeadDimNoSqrt(Learner):
+    def scale(self):
+        return self.head_dim
 
-    def never_none(kind, d_in, d_out, num_heads, qkv_bias):
-        if kind == "wrapper":
-            return d_out, num_heads * d_out, num_heads * 3 * (d_in * d_out + d_out * qkv_bias)
-        return d_out // num_heads, d_out, 3 * (d_in * d_out + d_out * qkv_bias) + d_out * d_out + d_out
 
-    feedback = lesson06.layer_sizes.check(never_none)
-    assert not feedback and "cannot be built" in feedback.message
+class HidesItself(Learner):
+    def hide(self, n):
+        return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=0)
 
-    def none_for_both(kind, d_in, d_out, num_heads, qkv_bias):
-        return None if d_out % num_heads else never_none(kind, d_in, d_out, num_heads, qkv_bias)
 
-    feedback = lesson06.layer_sizes.check(none_for_both)
-    assert not feedback and "can be built" in feedback.message
+class SeesTheNextToken(Learner):
+    def hide(self, n):
+        return torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=2)
+
+
+class KeepMaskAsHideMask(Learner):   # notebook 04's keep-convention used as if True meant hide
+    def hide(self, n):
+        return torch.tril(torch.ones(n, n, dtype=torch.bool))
+
+
+class TrilBelowDiagonal(Learner):
+    def hide(self, n):
+        return torch.tril(torch.ones(n, n, dtype=torch.bool), diagonal=-1)
+
+
+class NoMask(Learner):
+    def hide(self, n):
+        return torch.zeros(n, n, dtype=torch.bool)
+
+
+class MaskAfterSoftmax(Learner):
+    def weights(self, scores, n):
+        return torch.softmax(scores, dim=-1).masked_fill(self.hide(n), 0.0)
+
+
+class SoftmaxOverQueries(Learner):
+    def weights(self, scores, n):
+        return torch.softmax(scores.masked_fill(self.hide(n), -torch.inf), dim=-2)
+
+
+class SoftmaxOverHeads(Learner):
+    def weights(self, scores, n):
+        return torch.softmax(scores.masked_fill(self.hide(n), -torch.inf), dim=1)
+
+
+class MergeWithoutTranspose(Learner):
+    def merge(self, context):
+        b, _, n, _ = context.shape
+        return context.reshape(b, n, self.d_out)
+
+
+class MergeHeadsLast(Learner):
+    def merge(self, context):
+        b, _, n, _ = context.shape
+        return context.permute(0, 2, 3, 1).reshape(b, n, self.d_out)
+
+
+class NoOutProj(Learner):
+    def forward(self, x):
+        self.out_proj(x.new_zeros(1, self.d_out))    # built and even called, but not on the heads
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        return self.merge(self.dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n)) @ v)
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (ViewWithoutTranspose, "heads are cut wrongly"),
+    (ScaleByDOut, "square root of d_out"),
+    (ScaleByDIn, "square root of d_in"),
+    (ScaleByHeadDimNoSqrt, "divided by head_dim itself"),
+    (HidesItself, "hides each token's own position"),
+    (SeesTheNextToken, "still sees the next one"),
+    (KeepMaskAsHideMask, "keeps only the future"),
+    (TrilBelowDiagonal, "hides the tokens before each token"),
+    (NoMask, "not causal"),
+    (MaskAfterSoftmax, "no longer sum to 1"),
+    (SoftmaxOverQueries, "over the queries"),
+    (SoftmaxOverHeads, "head axis"),
+    (MergeWithoutTranspose, "merged in the wrong order: reading (B, H, T, D) straight"),
+    (MergeHeadsLast, "interleaves the heads"),
+    (NoOutProj, "skips out_proj"),
+])
+def test_each_common_mistake_gets_its_own_message(wrong, words):
+    feedback = capstone.check(wrong)
+    assert feedback.status == "wrong", feedback.message
+    assert words in feedback.message, feedback.message
+
+
+def test_the_messages_are_all_different():
+    messages = [message for _, message in lesson06._MISTAKES + lesson06._DROPOUT_MISTAKES]
+    assert len(set(messages)) == len(messages)
+
+
+# --- the interface: registered nn.Linear layers the checker can fill ---------------------------------------------
+class PlainTensors(Learner):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        del self.W_query
+        self.W_query = torch.randn(d_out, d_in)          # a plain tensor: no parameter
+
+
+class LinearsInAList(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.layers = [nn.Linear(d_in, d_out, bias=qkv_bias) for _ in range(3)] + [nn.Linear(d_out, d_out)]
+
+    def forward(self, x):
+        return x
+
+
+class ExtraParameter(Learner):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.temperature = nn.Parameter(torch.ones(()))
+
+
+class QkvBiasIgnored(Learner):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias=False)
+
+
+class OutProjWithoutBias(Learner):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out, bias=False)
+
+
+class HeadWidthProjections(Learner):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__(d_in, d_out, context_length, dropout, num_heads, qkv_bias)
+        self.W_query = nn.Linear(d_in, d_out // num_heads, bias=qkv_bias)
+
+
+class ForgotSuperInit(Learner):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+
+
+class FreshLayerInForward(Learner):
+    def forward(self, x):
+        return nn.Linear(self.d_out, self.d_out)(super().forward(x))
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (PlainTensors, "not registered as a parameter"),
+    (LinearsInAList, "not registered"),
+    (ExtraParameter, "parameters beyond the four projections (temperature)"),
+    (QkvBiasIgnored, "exactly when qkv_bias=True"),
+    (OutProjWithoutBias, "out_proj always has one"),
+    (HeadWidthProjections, "`W_query` is nn.Linear(3, 4)"),
+    (ForgotSuperInit, "super().__init__()"),
+    (FreshLayerInForward, "a layer created inside forward"),
+])
+def test_interface_problems_are_named(wrong, words):
+    feedback = capstone.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_ready_made_attention_is_refused_by_name():
+    class Subclass(MultiHeadAttention):
+        pass
+
+    assert "builds on MultiHeadAttention" in capstone.check(Subclass).message
+
+    class WithSdpa(Learner):
+        def weights(self, scores, n):
+            raise AssertionError("not reached")
+
+        def forward(self, x):
+            q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+            context = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            return self.out_proj(self.merge(context))
+
+    feedback = capstone.check(WithSdpa)
+    assert "scaled_dot_product_attention" in feedback.message and "yourself" in feedback.message
+
+    class Inside(Learner):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.inner = nn.MultiheadAttention(self.d_out, self.num_heads)
+
+    assert "ready-made MultiheadAttention" in capstone.check(Inside).message
+
+
+# --- dropout: same coin flips in train(), nothing in eval() ---------------------------------------------------
+class DropoutAlwaysOn(Learner):
+    def weights(self, scores, n):
+        return F.dropout(super().weights(scores, n), self.dropout.p, training=True)
+
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        return self.out_proj(self.merge(self.weights(q @ k.transpose(-2, -1) / self.scale(), n) @ v))
+
+
+class NoDropout(Learner):
+    def forward(self, x):
+        return super().forward(x) if not self.training else self.eval().forward(x)
+
+
+class DropoutOnScores(Learner):
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        scores = self.dropout(q @ k.transpose(-2, -1))
+        return self.out_proj(self.merge(self.weights(scores / self.scale(), n) @ v))
+
+
+class DropoutOnContext(Learner):
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        return self.out_proj(self.merge(self.dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n) @ v)))
+
+
+class DropoutOnOutput(Learner):
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        return self.dropout(self.out_proj(self.merge(self.weights(q @ k.transpose(-2, -1) / self.scale(), n) @ v)))
+
+
+class FixedDropout(Learner):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.dropout = nn.Dropout(0.5)
+
+
+class TwiceDropout(Learner):
+    def weights(self, scores, n):
+        return self.dropout(super().weights(scores, n))
+
+
+class HandWrittenDropout(Learner):
+    def forward(self, x):
+        n = x.shape[1]
+        q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+        w = self.weights(q @ k.transpose(-2, -1) / self.scale(), n)
+        if self.training and self.dropout.p > 0:
+            w = w * (torch.rand_like(w) >= self.dropout.p) / (1 - self.dropout.p)
+        return self.out_proj(self.merge(w @ v))
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (DropoutAlwaysOn, "dropout is still active"),
+    (NoDropout, "applies no dropout"),
+    (DropoutOnScores, "acts on the scores"),
+    (DropoutOnContext, "acts on the context vectors"),
+    (DropoutOnOutput, "acts on the layer's output"),
+    (FixedDropout, "p=0.5, but the layer was built with dropout=0.1"),
+    (TwiceDropout, "applies dropout 2 times"),
+    (HandWrittenDropout, "written by hand"),
+])
+def test_dropout_mistakes_are_named(wrong, words):
+    feedback = capstone.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+from torch.nn.functional import dropout as my_dropout  # noqa: E402  (a learner's alias, global as in a notebook)
+
+
+def test_dropout_applied_with_an_alias_of_functional_dropout_passes():
+    class Alias(Learner):
+        def forward(self, x):
+            n = x.shape[1]
+            q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
+            w = my_dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n), self.dropout.p, self.training)
+            return self.out_proj(self.merge(w @ v))
+
+    assert capstone.check(Alias).passed
+
+
+# --- answers with inf or nan, and odd answers -------------------------------------------------------------------
+class NanEverywhere(Learner):
+    def forward(self, x):
+        return super().forward(x) * float("nan")
+
+
+class InfAtOnePlace(Learner):
+    def forward(self, x):
+        out = super().forward(x).clone()
+        out[0, -1, 0] = float("inf")
+        return out
+
+
+class NaiveSoftmax(Learner):      # exp without subtracting the maximum: overflows on peaked scores
+    def weights(self, scores, n):
+        e = scores.masked_fill(self.hide(n), -torch.inf).exp()
+        return e / e.sum(-1, keepdim=True)
+
+
+class ReturnsWeightsToo(Learner):
+    def forward(self, x):
+        return super().forward(x), None
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (NanEverywhere, "is nan"),
+    (InfAtOnePlace, "is inf"),
+    (NaiveSoftmax, "sharply peaked"),
+    (ReturnsWeightsToo, "returned a tuple of 2"),
+])
+def test_inf_nan_and_odd_answers_get_a_message(wrong, words):
+    feedback = capstone.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_not_a_class_and_the_placeholder():
+    assert "expected your class" in capstone.check(3).message
+
+    class Placeholder(nn.Module):
+        def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+            super().__init__()
+            raise NotImplementedError
+
+    class ForwardPlaceholder(Learner):
+        def forward(self, x):
+            raise NotImplementedError
+
+    for unfinished in (Placeholder, ForwardPlaceholder):
+        assert capstone.check(unfinished).status == "not done"
+
+
+def test_model_answer_is_printed_under_the_task_name(capsys):
+    capstone.solution()
+    out = capsys.readouterr().out
+    assert "class MyCausalMultiHeadAttention(nn.Module):" in out and "transpose(1, 2)" in out
+
+
+def test_hints_do_not_give_the_code():
+    for hint in capstone._hints + fused._hints:
+        for code in ("view(", "transpose(", "triu", "tril", "softmax(", "math.sqrt", "permute"):
+            assert code not in hint, (code, hint)
+
+
+def test_the_diagnosis_variants_reproduce_the_reference():
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(5, 8, 7, 0.0, 2, qkv_bias=True).eval()
+    x = torch.randn(3, 7, 5)
+    assert torch.allclose(lesson06._forward(layer, x), layer(x), atol=1e-6)
+
+
+# --- spot the bug: queries, keys and values from one projection ------------------------------------------------
+def test_the_buggy_fused_code_is_named_and_right_with_one_head():
+    assert "the axis of size 3 comes before the head axis" in fused.check(fused.buggy).message
+    case = fused.cases(torch.Generator().manual_seed(0))[0]
+    assert case.args[2] == 1 and torch.allclose(fused.buggy(*case.args), fused.reference(*case.args))
+
+
+def _attend(q, k, v):
+    t = q.shape[-2]
+    scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+    return torch.softmax(scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -math.inf), -1) @ v
+
+
+def test_fused_fixes_in_several_styles_pass():
+    def with_split(x, qkv_weight, num_heads):
+        b, t, _ = x.shape
+        q, k, v = (x @ qkv_weight.T).split(qkv_weight.shape[0] // 3, dim=-1)
+        q, k, v = (z.view(b, t, num_heads, -1).transpose(1, 2) for z in (q, k, v))
+        return _attend(q, k, v).transpose(1, 2).reshape(b, t, -1)
+
+    def with_sdpa(x, qkv_weight, num_heads):
+        b, t, _ = x.shape
+        qkv = F.linear(x, qkv_weight).unflatten(-1, (3, num_heads, -1)).permute(2, 0, 3, 1, 4)
+        context = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2], is_causal=True)
+        return context.transpose(1, 2).flatten(2)
+
+    for right in (fused._solution, with_split, with_sdpa):
+        feedback = fused.check(right)
+        assert feedback.passed, feedback.message
+
+
+def test_fused_wrong_fixes_are_named():
+    def keys_first(x, qkv_weight, num_heads):
+        b, t, _ = x.shape
+        k, q, v = (x @ qkv_weight.T).view(b, t, 3, num_heads, -1).permute(2, 0, 3, 1, 4)
+        return _attend(q, k, v).transpose(1, 2).reshape(b, t, -1)
+
+    def interleaved(x, qkv_weight, num_heads):
+        b, t, _ = x.shape
+        q, k, v = (x @ qkv_weight.T).view(b, t, 3, -1, num_heads).permute(2, 0, 4, 1, 3)
+        return _attend(q, k, v).transpose(1, 2).reshape(b, t, -1)
+
+    def naive_softmax(x, qkv_weight, num_heads):
+        b, t, _ = x.shape
+        q, k, v = (x @ qkv_weight.T).view(b, t, 3, num_heads, -1).permute(2, 0, 3, 1, 4)
+        scores = (q @ k.transpose(-2, -1)) / q.shape[-1] ** 0.5
+        e = scores.masked_fill(torch.ones(t, t, dtype=torch.bool).triu(1), -math.inf).exp()
+        return ((e / e.sum(-1, keepdim=True)) @ v).transpose(1, 2).reshape(b, t, -1)
+
+    def returns_inf(x, qkv_weight, num_heads):
+        out = fused._solution(x, qkv_weight, num_heads).clone()
+        out[..., 0] = -math.inf
+        return out
+
+    assert "queries and keys are swapped" in fused.check(keys_first).message
+    assert "h + H" in fused.check(interleaved).message
+    for wrong in (naive_softmax, returns_inf):
+        feedback = fused.check(wrong)
+        assert feedback.status == "wrong", feedback.message

@@ -1,265 +1,622 @@
-"""Exercises for notebook 06: multi-head attention."""
+"""Exercises for notebook 06: multi-head attention.
+
+1. ``causal_multi_head`` (the capstone): write causal multi-head attention as an ``nn.Module`` class, from an empty
+   class. The checker builds the learner's class, copies the weights of the course's
+   :class:`~helpers.modules.MultiHeadAttention` into it and compares the two on batches, several head counts,
+   ``d_in != d_out``, sharply peaked scores, in ``eval()`` and with dropout in ``train()``. Each common mistake
+   (view without transpose, the wrong scale, a mask off by one or inverted, softmax over the wrong axis, the merge in
+   the wrong order, weights not registered as parameters, dropout in the wrong place) has its own message.
+2. ``fused_qkv_bug`` (spot the bug): one fused projection holds queries, keys and values, and the code reads its
+   features in the wrong order (a bug the lesson does not show; converting checkpoints between layouts hits it).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import math
+import re
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
-from ..modules import MultiHeadAttention, MultiHeadAttentionWrapper
+from ..modules import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug, _describe, _watching, forbids
 
-__all__ = ["layer_sizes", "multi_head_bug"]
-
-
-# --- 1. count: the sizes of a layer, from its arguments ------------------------------------------------------
-_SIZE_NAMES = ("head_dim", "output width", "parameter count")
+__all__ = ["causal_multi_head", "fused_qkv_bug"]
 
 
-def _reference_sizes(kind, d_in, d_out, num_heads, qkv_bias):
-    """Build the layer and measure it: the ground truth the learner's arithmetic is compared with.
+# --- 1. the capstone: causal multi-head attention from an empty class ------------------------------------------
+PROJECTIONS = ("W_query", "W_key", "W_value", "out_proj")
 
-    ``None`` where the class refuses the arguments (``MultiHeadAttention`` needs ``d_out % num_heads == 0``).
-    """
-    if kind == "wrapper":
-        layer = MultiHeadAttentionWrapper(d_in, d_out, 1, 0.0, num_heads, qkv_bias=qkv_bias)
-        head_dim = layer.heads[0].d_out
-    elif kind == "split":
+
+@dataclass(frozen=True)
+class _Layer:
+    """One layer the checker builds, and the batch it runs on."""
+
+    d_in: int
+    d_out: int
+    context_length: int
+    dropout: float
+    num_heads: int
+    qkv_bias: bool
+    batch_size: int
+    num_tokens: int
+    scale: float = 1.0        # inputs times this: large scale = sharply peaked softmax rows
+
+    @property
+    def args(self) -> tuple:
+        return self.d_in, self.d_out, self.context_length, self.dropout, self.num_heads
+
+    @property
+    def description(self) -> str:
+        text = (f"MultiHeadAttention(d_in={self.d_in}, d_out={self.d_out}, context_length={self.context_length}, "
+                f"dropout={self.dropout}, num_heads={self.num_heads}, qkv_bias={self.qkv_bias}) on a batch "
+                f"({self.batch_size}, {self.num_tokens}, {self.d_in})")
+        return text + (f" times {self.scale:g} (sharply peaked weights)" if self.scale != 1.0 else "")
+
+
+LAYERS = (
+    _Layer(3, 12, 6, 0.0, 3, False, 2, 6),               # the lesson's layer
+    _Layer(5, 8, 10, 0.1, 2, True, 3, 7),                # d_in != d_out, fewer tokens than context_length
+    _Layer(8, 8, 4, 0.0, 1, False, 1, 4),                # one head
+    _Layer(6, 24, 9, 0.2, 4, False, 2, 9),               # four heads, d_out > d_in
+    _Layer(16, 12, 8, 0.5, 6, True, 2, 5),               # six heads of two features, d_out < d_in
+    _Layer(4, 8, 5, 0.0, 2, False, 2, 5, scale=30.0),    # scores in the hundreds
+    _Layer(6, 6, 3, 0.0, 3, False, 2, 1),                # a single token
+)
+TRAIN_LAYERS = tuple(layer for layer in LAYERS if layer.dropout > 0)
+
+
+def _cases(generator: torch.Generator) -> list[Case]:
+    """The layers as :class:`Case` objects: the constructor's arguments (for tools that list every exercise)."""
+    return [Case(layer.description, layer.args, {"qkv_bias": layer.qkv_bias}) for layer in LAYERS]
+
+
+class _SolutionMultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert d_out % num_heads == 0, "d_out must be divisible by num_heads"
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)                      # W_o mixes the heads
+        self.dropout = nn.Dropout(dropout)
+        hide = torch.triu(torch.ones(context_length, context_length, dtype=torch.bool), diagonal=1)
+        self.register_buffer("mask", hide)                           # True above the diagonal = a future token
+
+    def split_heads(self, t):
+        batch_size, num_tokens, d_out = t.shape
+        t = t.view(batch_size, num_tokens, self.num_heads, self.head_dim)  # (B, T, d_out) -> (B, T, H, D)
+        return t.transpose(1, 2)                                          # (B, T, H, D) -> (B, H, T, D)
+
+    def forward(self, x):
+        batch_size, num_tokens, _ = x.shape
+        queries = self.split_heads(self.W_query(x))                      # (B, T, d_in) -> (B, H, T, D)
+        keys = self.split_heads(self.W_key(x))
+        values = self.split_heads(self.W_value(x))
+        attn_scores = queries @ keys.transpose(2, 3) / math.sqrt(self.head_dim)  # (B, H, T, T)
+        attn_scores = attn_scores.masked_fill(self.mask[:num_tokens, :num_tokens], float("-inf"))
+        attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))  # over the keys: each row sums to 1
+        context = (attn_weights @ values).transpose(1, 2)                # (B, H, T, D) -> (B, T, H, D)
+        context = context.reshape(batch_size, num_tokens, -1)            # (B, T, H, D) -> (B, T, d_out)
+        return self.out_proj(context)
+
+
+def _forward(layer: MultiHeadAttention, x: torch.Tensor, *, split="view_transpose", scale="head_dim",
+             mask="causal", softmax_dim=-1, merge="transpose", out_proj=True, dropout_on="weights",
+             training=False) -> torch.Tensor:
+    """The reference layer's forward pass with one step done differently (a known mistake), for diagnosis."""
+    b, t, _ = x.shape
+    h, d, d_out = layer.num_heads, layer.head_dim, layer.d_out
+
+    def heads(tensor):
+        if split == "view_only":
+            return tensor.reshape(b, h, t, d)                             # (B, T, d_out) read as (B, H, T, D)
+        return tensor.view(b, t, h, d).transpose(1, 2)
+
+    def dropout(tensor, where):
+        return nn.functional.dropout(tensor, layer.dropout.p, training) if dropout_on == where else tensor
+
+    queries, keys, values = (heads(proj(x)) for proj in (layer.W_query, layer.W_key, layer.W_value))
+    width = {"head_dim": math.sqrt(d), "d_out": math.sqrt(d_out), "d_in": math.sqrt(x.shape[-1]),
+             "no_sqrt": float(d), "none": 1.0}[scale]
+    scores = dropout(queries @ keys.transpose(2, 3), "scores") / width
+    rows, cols = torch.arange(t).unsqueeze(1), torch.arange(t)
+    hide = {"causal": cols > rows, "hides_self": cols >= rows, "sees_next": cols > rows + 1,
+            "hides_past": cols < rows, "keeps_future": cols <= rows, "none": torch.zeros(t, t, dtype=torch.bool),
+            "after_softmax": cols > rows}[mask]
+    if mask != "after_softmax":
+        scores = scores.masked_fill(hide, float("-inf"))
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if mask == "after_softmax":
+        weights = weights.masked_fill(hide, 0.0)
+    context = dropout(weights, "weights") @ values                       # (B, H, T, D)
+    context = dropout(context, "context")
+    if merge == "transpose":
+        merged = context.transpose(1, 2).reshape(b, t, d_out)
+    elif merge == "no_transpose":
+        merged = context.reshape(b, t, d_out)                            # (B, H, T, D) read as (B, T, d_out)
+    else:                                                                 # "head_last": (B, T, D, H) order
+        merged = context.permute(0, 2, 3, 1).reshape(b, t, d_out)
+    out = layer.out_proj(merged) if out_proj else merged
+    return dropout(out, "output")
+
+
+_MISTAKES = [  # (what differs, message); checked in this order, the first match is reported
+    ({"split": "view_only"},
+     "your heads are cut wrongly: reading the (B, T, d_out) projections straight as (B, H, T, D) gives every "
+     "'head' a block of whole tokens instead of its own head_dim features of every token. Every shape is right, "
+     "so nothing complains. The features of one token must stay together: split the last axis first, then move "
+     "the head axis."),
+    ({"merge": "no_transpose"},
+     "the heads' context vectors are merged in the wrong order: reading (B, H, T, D) straight as (B, T, d_out) "
+     "fills one token's row with numbers of several tokens. Put the token axis back next to the batch axis "
+     "before you join the heads' features."),
+    ({"merge": "head_last"},
+     "the heads' context vectors are merged in the wrong order: your merge interleaves the heads (head 0's "
+     "feature 0, head 1's feature 0, ...). Head h's head_dim features must sit together, in features "
+     "h*head_dim to (h+1)*head_dim - 1, before out_proj."),
+    ({"scale": "d_out"},
+     "your scores are divided by the square root of d_out, the whole layer's width. Each head's dot products run "
+     "over its own head_dim features: that is the width to scale by."),
+    ({"scale": "d_in"},
+     "your scores are divided by the square root of d_in, the input width. Each head's dot products run over its "
+     "own head_dim features: that is the width to scale by."),
+    ({"scale": "no_sqrt"},
+     "your scores are divided by head_dim itself. The scale is its square root."),
+    ({"scale": "none"},
+     "your scores are not scaled at all. Divide them by the square root of the width their dot products run "
+     "over."),
+    ({"mask": "hides_self"},
+     "your mask is off by one: it hides each token's own position too (so token 0 sees nothing, and its row "
+     "becomes nan). A token may see itself and every token before it."),
+    ({"mask": "sees_next"},
+     "your mask is off by one: each token still sees the next one. A token may see itself and every token "
+     "before it, nothing after."),
+    ({"mask": "hides_past"},
+     "your mask is inverted: it hides the tokens before each token and lets it see the ones after. In the course, "
+     "the mask is True where a score is hidden: above the diagonal."),
+    ({"mask": "keeps_future"},
+     "your mask is inverted: it hides each token and everything before it, and keeps only the future (the last "
+     "token sees nothing: nan). In the course, the mask is True where a score is hidden: above the diagonal."),
+    ({"mask": "none"},
+     "your layer is not causal: every token sees every token, the later ones included. Hide the scores above "
+     "the diagonal before the softmax."),
+    ({"mask": "after_softmax"},
+     "you set the hidden weights to zero after the softmax, so the rows no longer sum to 1. Hide the scores "
+     "before the softmax (with -inf), and the softmax spreads each row over the visible tokens only."),
+    ({"softmax_dim": -2},
+     "your softmax runs over the queries (dim=-2), so each column sums to 1. Each row (one query, all its "
+     "keys) must sum to 1: the softmax runs over the last axis."),
+    ({"softmax_dim": 1},
+     "your softmax runs over dim=1, which in (B, H, T, T) is the head axis: the weights of one query then sum to "
+     "1 across heads. Each row (one query, all its keys) must sum to 1: the softmax runs over the last axis."),
+    ({"out_proj": False},
+     "your output skips out_proj: the merged heads must go through the output projection W_o."),
+]
+
+_DROPOUT_MISTAKES = [
+    ({"dropout_on": "scores"},
+     "in train() your dropout acts on the scores, before the softmax. It belongs on the attention weights, "
+     "right after the softmax."),
+    ({"dropout_on": "context"},
+     "in train() your dropout acts on the context vectors. It belongs on the attention weights, right after "
+     "the softmax, before they mix the values."),
+    ({"dropout_on": "output"},
+     "in train() your dropout acts on the layer's output. It belongs on the attention weights, right after the "
+     "softmax, before they mix the values."),
+]
+
+_FORBIDDEN = ("torch.nn.functional.scaled_dot_product_attention", "helpers.attention.scaled_dot_product_attention",
+              "helpers.scaled_dot_product_attention")
+_READY_MADE = (MultiHeadAttention, MultiHeadAttentionWrapper, CausalAttention, nn.MultiheadAttention)
+
+
+class _Coins:
+    """While active, ``F.dropout`` and ``torch.dropout`` flip the same coins for everyone: call n of a run draws
+    its keep-mask from a generator seeded with n, in the tensor's index order. Every call is recorded."""
+
+    def __init__(self):
+        self.calls: list[tuple[tuple[int, ...], float, bool]] = []
+
+    def dropout(self, input, p=0.5, training=True, inplace=False):
+        self.calls.append((tuple(input.shape), float(p), bool(training)))
+        if not training or p == 0.0:
+            return input
+        if p == 1.0:
+            return input * 0.0
+        generator = torch.Generator().manual_seed(1000 + len(self.calls))
+        keep = torch.rand(input.shape, generator=generator) >= p
+        return input * keep.to(input.device) / (1.0 - p)
+
+    def torch_dropout(self, input, p, train):
+        return self.dropout(input, p, train)
+
+    @contextlib.contextmanager
+    def flipping(self, namespace: dict) -> Iterator[None]:
+        self.calls = []
+        originals = [(nn.functional, "dropout", nn.functional.dropout, self.dropout),
+                     (torch, "dropout", torch.dropout, self.torch_dropout)]
+        undo = []
         try:
-            layer = MultiHeadAttention(d_in, d_out, 1, 0.0, num_heads, qkv_bias=qkv_bias)
-        except ValueError:
-            return None
-        head_dim = layer.head_dim
-    else:
-        raise ValueError(f'kind must be "wrapper" or "split", got {kind!r}')
-    with torch.no_grad():
-        width = layer(torch.zeros(1, 1, d_in)).shape[-1]
-    return head_dim, width, sum(parameter.numel() for parameter in layer.parameters())
+            for owner, name, original, replacement in originals:
+                undo.append((owner, name, original))
+                setattr(owner, name, replacement)
+                for key, value in list(namespace.items()):   # the learner's own alias, e.g. `from ... import dropout`
+                    if value is original:
+                        undo.append((namespace, key, original))
+                        namespace[key] = replacement
+            yield
+        finally:
+            for owner, name, original in reversed(undo):
+                if isinstance(owner, dict):
+                    owner[name] = original
+                else:
+                    setattr(owner, name, original)
 
 
-def _size_cases(g: torch.Generator) -> list[Case]:
-    configs = [("wrapper", 3, 2, 2, False), ("split", 3, 2, 2, False), ("split", 768, 768, 12, True),
-               ("wrapper", 16, 4, 4, True), ("split", 10, 12, 3, False), ("wrapper", 768, 64, 12, False),
-               ("wrapper", 10, 10, 3, False), ("split", 10, 10, 3, False)]
-    return [Case(f'layer_sizes("{kind}", {d_in}, {d_out}, {heads}, {bias})',
-                 (kind, d_in, d_out, heads, bias)) for kind, d_in, d_out, heads, bias in configs]
+def _close(answer: torch.Tensor, right: torch.Tensor, atol=1e-5, rtol=1e-4) -> bool:
+    """Same shape and values; survives inf and nan on either side (nan only equals nan, inf only itself)."""
+    if not isinstance(answer, torch.Tensor) or answer.shape != right.shape or answer.is_complex():
+        return False
+    a64, r64 = answer.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
+    return bool(torch.isclose(a64, r64, rtol=rtol, atol=atol, equal_nan=True).all())
 
 
-def _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias):
-    qkv = 3 * (d_in * d_out + (d_out if qkv_bias else 0))   # W_query, W_key, W_value of width d_out
-    if kind == "wrapper":                                    # d_out per head; heads side by side; no W_o
-        return d_out, num_heads * d_out, num_heads * qkv
-    if d_out % num_heads != 0:                               # num_heads equal slices cannot fill d_out
+def _first_difference(answer: torch.Tensor, right: torch.Tensor) -> str:
+    a64, r64 = answer.detach().to("cpu", torch.float64), right.detach().to("cpu", torch.float64)
+    far = ~torch.isclose(a64, r64, rtol=1e-4, atol=1e-5, equal_nan=True)
+    b, t, f = (int(i) for i in far.nonzero()[0])
+    value, want = float(a64[b, t, f]), float(r64[b, t, f])
+    text = (f"the values are wrong: sequence {b}, token {t}, feature {f} is {value:.4f}, the reference layer gives "
+            f"{want:.4f}.")
+    if math.isnan(value) or math.isinf(value):
+        text += (" nan or inf in the output usually comes from a row of scores that is -inf everywhere (check which "
+                 "scores your mask hides) or from exponentials that overflow (let torch.softmax do the softmax).")
+    return text
+
+
+class _ModuleExercise(FunctionExercise):
+    """An exercise whose answer is an ``nn.Module`` class, checked against the course's ``MultiHeadAttention``."""
+
+    def solution(self) -> None:
+        if getattr(__import__("helpers.exercises.core", fromlist=["SOLUTIONS_WITHHELD"]), "SOLUTIONS_WITHHELD", False):
+            return super().solution()
+        print(f"A model answer for {self.title}:\n")
+        source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
+        print(re.sub(r"^class _Solution", "class MyCausal", source))
+
+    def _not_done(self) -> Feedback:
+        return Feedback("not done", f"⏳ {self.title}: not done yet. Replace the lines `raise NotImplementedError` "
+                                    f"with your code and run the cell again.{self._ask_for_hint()}")
+
+    def _check(self, cls) -> Feedback:
+        if not callable(cls):
+            return self._wrong(f"expected your class, got {_describe(cls)}. Pass the class itself (its name, without "
+                               f"brackets).")
+        if isinstance(cls, type) and issubclass(cls, _READY_MADE):
+            base = next(base for base in cls.__mro__ if base in _READY_MADE)
+            return self._wrong(f"your class builds on {base.__name__}; the task asks you to write the layer "
+                               f"yourself, from nn.Module.")
+        generator = torch.Generator().manual_seed(self.seed)
+        checked = []
+        for layer in LAYERS:
+            outcome = self._check_layer(cls, layer, generator)
+            if isinstance(outcome, Feedback):
+                return outcome
+            checked.append(layer)
+        return Feedback("correct", f"✅ {self.title}: your layer equals the course's MultiHeadAttention on all "
+                                   f"{len(checked)} layers (1 to 6 heads, d_in != d_out, a single token, sharply "
+                                   f"peaked scores), in eval() and with dropout in train().")
+
+    # --- one layer ---------------------------------------------------------------------------
+    def _build(self, cls, layer: _Layer):
+        try:
+            return cls(*layer.args, qkv_bias=layer.qkv_bias)
+        except NotImplementedError:
+            return self._not_done()
+        except Exception as error:
+            extra = ""
+            if "before Module.__init__() call" in str(error):
+                extra = " Call super().__init__() first in your __init__."
+            return self._wrong(f"building {layer.description.split(' on a batch')[0]} raised "
+                               f"{type(error).__name__}: {error}.{extra}")
+
+    def _interface(self, module, layer: _Layer) -> str | None:
+        if not isinstance(module, nn.Module):
+            return f"your class built {_describe(module)}; it must be an nn.Module (class My...(nn.Module))."
+        for sub in module.modules():
+            if isinstance(sub, _READY_MADE):
+                return (f"your layer uses the ready-made {type(sub).__name__}; the task asks you to write the "
+                        f"layer yourself.")
+        expected = {"W_query": (layer.d_in, layer.d_out, layer.qkv_bias), "W_key": (layer.d_in, layer.d_out,
+                    layer.qkv_bias), "W_value": (layer.d_in, layer.d_out, layer.qkv_bias),
+                    "out_proj": (layer.d_out, layer.d_out, True)}
+        registered = {id(p) for p in module.parameters()}
+        hidden = [name for name, value in vars(module).items() if isinstance(value, (list, tuple, dict))
+                  and any(isinstance(v, nn.Module) for v in (value.values() if isinstance(value, dict) else value))]
+        for name, (fan_in, fan_out, bias) in expected.items():
+            part = getattr(module, name, None)
+            if isinstance(part, torch.Tensor):
+                return (f"`{name}` is a {'Parameter' if isinstance(part, nn.Parameter) else 'plain tensor'}: "
+                        + ("" if isinstance(part, nn.Parameter) else "not registered as a parameter, so an "
+                           "optimiser, .to(device) and state_dict never see it; and ")
+                        + "the task asks for an nn.Linear, so the checker can copy the weights in.")
+            if part is None and hidden:
+                return (f"your layer has no attribute `{name}`, and its layers sit in a plain Python "
+                        f"{type(vars(module)[hidden[0]]).__name__} (`{hidden[0]}`): layers there are not registered "
+                        f"as parameters of your layer (module.parameters(), an optimiser, .to(device) and "
+                        f"state_dict never see them). Assign each nn.Linear to its own attribute of self.")
+            if part is None:
+                return (f"your layer has no attribute `{name}`. The task asks for four nn.Linear layers named "
+                        f"W_query, W_key, W_value and out_proj, so the checker can copy the weights in.")
+            if not isinstance(part, nn.Linear):
+                return (f"`{name}` is {_describe(part)}; the task asks for an nn.Linear, so the checker can copy "
+                        f"the weights in.")
+            if (part.in_features, part.out_features) != (fan_in, fan_out):
+                return (f"for {layer.description.split(' on a batch')[0]}, `{name}` is nn.Linear({part.in_features}, "
+                        f"{part.out_features}); it should map {fan_in} features to {fan_out}.")
+            if (part.bias is not None) != bias:
+                return (f"`{name}` {'has' if part.bias is not None else 'has no'} bias; "
+                        + ("out_proj always has one." if name == "out_proj" else
+                           "the query, key and value projections have one exactly when qkv_bias=True."))
+            if any(id(p) not in registered for p in part.parameters()):
+                return (f"the weights of `{name}` are not registered as parameters of your layer, so "
+                        f"module.parameters() (and an optimiser, .to(device), state_dict) never sees them. Assign "
+                        f"each nn.Linear to an attribute of self (a plain Python list hides it).")
+        ours = {id(p) for name in PROJECTIONS for p in getattr(module, name).parameters()}
+        extra = [name for name, p in module.named_parameters() if id(p) not in ours]
+        if extra:
+            return (f"your layer has parameters beyond the four projections ({', '.join(extra)}); the layer "
+                    f"learns only W_query, W_key, W_value and out_proj.")
         return None
-    out_proj = d_out * d_out + d_out                         # W_o always has a bias
-    return d_out // num_heads, d_out, qkv + out_proj         # d_out in total, cut into num_heads slices
+
+    def _run(self, module, x, namespace, coins: _Coins, seed: int):
+        calls: list[str] = []
+        with torch.random.fork_rng(devices=[]), _watching(_FORBIDDEN, namespace, calls), coins.flipping(namespace):
+            torch.manual_seed(seed)
+            out = module(x)
+        return out, calls
+
+    def _check_layer(self, cls, layer: _Layer, generator: torch.Generator) -> Feedback | None:
+        built = self._build(cls, layer)
+        if isinstance(built, Feedback):
+            return built
+        module = built
+        problem = self._interface(module, layer)
+        if problem:
+            return self._wrong(problem)
+        torch.manual_seed(1000 + layer.d_in + layer.d_out + layer.num_heads)   # inside check(): a fork of the stream
+        reference = MultiHeadAttention(*layer.args, qkv_bias=layer.qkv_bias)
+        with torch.no_grad():
+            for name in PROJECTIONS:
+                getattr(module, name).weight.copy_(getattr(reference, name).weight)
+                if getattr(reference, name).bias is not None:
+                    getattr(module, name).bias.copy_(getattr(reference, name).bias)
+        x = randn(generator, layer.batch_size, layer.num_tokens, layer.d_in, scale=layer.scale)
+        forward = getattr(type(module), "forward", None)
+        namespace = getattr(forward, "__globals__", {})
+        coins = _Coins()
+        where = f"on {layer.description}"
+
+        # eval(): no dropout, the same output every call
+        module.eval()
+        reference.eval()
+        try:
+            with torch.no_grad():
+                got, calls = self._run(module, x, namespace, coins, seed=1)
+                eval_calls = list(coins.calls)
+                again, _ = self._run(module, x, namespace, coins, seed=2)
+        except NotImplementedError:
+            return self._not_done()
+        except Exception as error:
+            return self._wrong(f"{where}, in eval(), your forward raised {type(error).__name__}: {error}")
+        problem = self._output_kind(got, layer)
+        if problem:
+            return self._wrong(f"{where}, {problem}")
+        if calls:
+            return self._wrong(f"{where}, your forward calls `{calls[0]}`; the task asks you to write the scores, "
+                               f"the mask, the softmax and the mixing yourself.")
+        if any(training for _, _, training in eval_calls) or not _close(got, again):
+            if any(training for _, _, training in eval_calls):
+                return self._wrong(f"{where}, in eval() your dropout is still active. nn.Dropout follows the "
+                                   f"layer's train()/eval() switch; F.dropout needs training=self.training.")
+            return self._wrong(f"{where}, in eval() your output changes from one call to the next: something random "
+                               f"is still active (a dropout of your own that ignores eval(), or a layer created "
+                               f"inside forward, with new random weights on every call).")
+        with torch.no_grad():
+            expected = _forward(reference, x)
+            if not _close(got, expected):
+                for change, message in _MISTAKES:
+                    if _close(got, _forward(reference, x, **change)):
+                        return self._wrong(f"{where}: {message}")
+                return self._wrong(f"{where}, {_first_difference(got, expected)}")
+
+        # train(): dropout on the weights, the same coin flips as the reference
+        if layer.dropout == 0.0:
+            return None
+        module.train()
+        reference.train()
+        try:
+            with torch.no_grad():
+                got, _ = self._run(module, x, namespace, coins, seed=3)
+        except Exception as error:
+            return self._wrong(f"{where}, in train(), your forward raised {type(error).__name__}: {error}")
+        learner_calls = list(coins.calls)
+        with torch.no_grad(), coins.flipping({}):
+            expected = reference(x)
+        if _close(got, expected):
+            return None
+        active = [(shape, p) for shape, p, training in learner_calls if training and p > 0]
+        if not active:
+            return self._wrong(f"{where}, in train() your layer applies no dropout (through nn.Dropout or "
+                               f"F.dropout): with dropout={layer.dropout}, train() must drop attention weights. "
+                               f"The checker gives your nn.Dropout and the reference's the same coin flips; a "
+                               f"dropout written by hand cannot be compared.")
+        wrong_p = [p for _, p in active if not math.isclose(p, layer.dropout)]
+        if wrong_p:
+            return self._wrong(f"{where}, your dropout uses p={wrong_p[0]:g}, but the layer was built with "
+                               f"dropout={layer.dropout}.")
+        if len(active) > 1:
+            return self._wrong(f"{where}, in train() your layer applies dropout {len(active)} times; the task asks "
+                               f"for once, on the attention weights.")
+        with torch.no_grad():
+            for change, message in _DROPOUT_MISTAKES:
+                with coins.flipping({}):
+                    variant = _forward(reference, x, training=True, **change)
+                if _close(got, variant):
+                    return self._wrong(f"{where}: {message}")
+        return self._wrong(f"{where}, in train() (dropout={layer.dropout}), "
+                           + _first_difference(got, expected)
+                           + " In eval() your layer was right: look at where and how you apply dropout.")
+
+    @staticmethod
+    def _output_kind(got, layer: _Layer) -> str | None:
+        shape = (layer.batch_size, layer.num_tokens, layer.d_out)
+        if isinstance(got, tuple):
+            return (f"your forward returned a tuple of {len(got)}; it must return only the context vectors, one "
+                    f"tensor of shape {shape}.")
+        if not isinstance(got, torch.Tensor):
+            return f"your forward returned {_describe(got)}; it must return one tensor of shape {shape}."
+        if tuple(got.shape) != shape:
+            return (f"your forward returned shape {tuple(got.shape)}, expected {shape} = (batch_size, num_tokens, "
+                    f"d_out).")
+        if got.is_complex() or not got.is_floating_point():
+            return f"your forward returned dtype {got.dtype}, expected {torch.float32}."
+        return None
 
 
-def _sizes_wrong(got, case: Case, function) -> str:
-    """Which of the three numbers is off, and which way, without giving the right value away."""
-    kind, _, d_out, num_heads, _ = case.args
-    expected = _reference_sizes(*case.args)
-    if kind == "split" and tuple(got[:2]) == (d_out, num_heads * d_out):
-        return _SPLIT_LIKE_WRAPPER
-    if kind == "wrapper" and tuple(got[:2]) == (d_out // num_heads, d_out):
-        return _WRAPPER_LIKE_SPLIT
-    for name, answer, right in zip(_SIZE_NAMES, got, expected):
-        if answer != right:
-            return (f"your {name} is too {'high' if answer > right else 'low'}. "
-                    f"List what this class builds, layer by layer, and count again.")
-    return "the values differ from the answer."
-
-
-def _with(kind, d_in, d_out, num_heads, qkv_bias, change):
-    """The model answer with ``change(head_dim, width, count)`` applied where a layer exists."""
-    sizes = _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
-    return None if sizes is None else change(*sizes)
-
-
-def _split_like_wrapper(kind, d_in, d_out, num_heads, qkv_bias):
-    if kind == "wrapper":
-        return _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
-    return _with(kind, d_in, d_out, num_heads, qkv_bias, lambda h, w, c: (d_out, num_heads * d_out, c))
-
-
-def _wrapper_like_split(kind, d_in, d_out, num_heads, qkv_bias):
-    if kind == "split":
-        return _solution_layer_sizes(kind, d_in, d_out, num_heads, qkv_bias)
-    return _with(kind, d_in, d_out, num_heads, qkv_bias, lambda h, w, c: (d_out // num_heads, d_out, c))
-
-
-def _no_out_proj_bias(kind, d_in, d_out, num_heads, qkv_bias):
-    return _with(kind, d_in, d_out, num_heads, qkv_bias,
-                 lambda h, w, c: (h, w, c - (d_out if kind == "split" else 0)))
-
-
-def _no_out_proj(kind, d_in, d_out, num_heads, qkv_bias):
-    return _with(kind, d_in, d_out, num_heads, qkv_bias,
-                 lambda h, w, c: (h, w, c - (d_out * d_out + d_out if kind == "split" else 0)))
-
-
-def _wrapper_with_out_proj(kind, d_in, d_out, num_heads, qkv_bias):
-    return _with(kind, d_in, d_out, num_heads, qkv_bias,
-                 lambda h, w, c: (h, w, c + (w * w + w if kind == "wrapper" else 0)))
-
-
-def _bias_always(kind, d_in, d_out, num_heads, qkv_bias):
-    return _solution_layer_sizes(kind, d_in, d_out, num_heads, True)
-
-
-def _bias_never(kind, d_in, d_out, num_heads, qkv_bias):
-    return _solution_layer_sizes(kind, d_in, d_out, num_heads, False)
-
-
-_SPLIT_LIKE_WRAPPER = ("for MultiHeadAttention you read d_out as the width of one head. There, d_out is the width "
-                       "of the whole layer: num_heads slices of head_dim share it, and the output has d_out "
-                       "features.")
-_WRAPPER_LIKE_SPLIT = ("for MultiHeadAttentionWrapper you read d_out as the width of the whole layer. There, d_out "
-                       "is the width of each head, and the heads' outputs sit side by side.")
-_BIAS_MESSAGE = ("your parameter count ignores qkv_bias: W_query, W_key and W_value carry a bias of d_out numbers "
-                 "each exactly when qkv_bias is True.")
-_NO_SUCH_LAYER = ("MultiHeadAttention cannot be built with these arguments: its d_out must be cut into num_heads "
-                  "slices of the same whole width, and here it cannot. The task asks for None when the class "
-                  "refuses its arguments.")
-_LAYER_EXISTS = ("you returned None, yet this layer can be built. Only a layer whose arguments the class refuses "
-                 "gets None; does this class need anything to divide?")
-
-
-class _SizesExercise(FunctionExercise):
-    """A FunctionExercise whose answer may be ``None`` (no such layer), with a precise message either way."""
-
-    def _compare(self, got: tuple, expected: tuple, case: Case, previous, function):
-        no_layer, said_none = expected == (None,), len(got) == 1 and got[0] is None
-        if no_layer and not said_none:
-            return _NO_SUCH_LAYER
-        if said_none and not no_layer:
-            return _LAYER_EXISTS
-        return super()._compare(got, expected, case, previous, function)
-
-
-layer_sizes = _SizesExercise(
-    "The sizes of a layer",
-    'write layer_sizes(kind, d_in, d_out, num_heads, qkv_bias) returning (head_dim, output_width, '
-    'num_parameters) of MultiHeadAttentionWrapper (kind "wrapper") or MultiHeadAttention (kind "split") built '
-    "with these arguments, worked out from the numbers, without building a layer; None if the class would refuse "
-    "these arguments.",
-    reference=_reference_sizes,
-    cases=_size_cases,
-    hint=["Start from the d_out table of section 4: in which class is d_out the width of one head, and in which "
-          "the width of all heads together?",
-          "List the nn.Linear layers each class builds, with their in and out features. Each holds "
-          "in x out weights, plus out biases when it has a bias. Which class has an output projection?",
-          "For None: every head of a layer has the same width. In which class must that width come out of "
-          "d_out and num_heads, and when can it not?"],
-    rules=[forbids("torch.nn.Linear", "helpers.heads.layer_cost",
-                   why="Work it out from the five arguments: building the layer and counting is what section 5 "
-                       "did for you.")],
-    solution=_solution_layer_sizes,
-    properties=_sizes_wrong,
-    mistakes=[
-        Mistake(_split_like_wrapper, _SPLIT_LIKE_WRAPPER),
-        Mistake(_wrapper_like_split, _WRAPPER_LIKE_SPLIT),
-        Mistake(_no_out_proj,
-                "your count for MultiHeadAttention leaves out its output projection W_o (out_proj), an "
-                "nn.Linear(d_out, d_out) applied after the heads are merged."),
-        Mistake(_no_out_proj_bias,
-                "your count for MultiHeadAttention leaves out the bias of out_proj: out_proj is "
-                "nn.Linear(d_out, d_out), with a bias whatever qkv_bias says."),
-        Mistake(_wrapper_with_out_proj,
-                "your count for MultiHeadAttentionWrapper includes an output projection. The wrapper only "
-                "concatenates its heads: it has none."),
-        Mistake(_bias_always, _BIAS_MESSAGE),
-        Mistake(_bias_never, _BIAS_MESSAGE),
-    ],
+causal_multi_head = _ModuleExercise(
+    "Capstone: causal multi-head attention",
+    "write class MyCausalMultiHeadAttention(nn.Module) with __init__(self, d_in, d_out, context_length, dropout, "
+    "num_heads, qkv_bias=False) and forward(self, x): x of shape (batch_size, num_tokens, d_in), num_tokens <= "
+    "context_length, returns the context vectors (batch_size, num_tokens, d_out). Four nn.Linear attributes: "
+    "W_query, W_key, W_value (d_in -> d_out, bias=qkv_bias) and out_proj (d_out -> d_out, with bias), and no other "
+    "parameters; the checker copies the course's weights into them. Dropout: nn.Dropout(dropout) or F.dropout, "
+    "once, on the attention weights after the softmax; in train() the checker gives your dropout and the "
+    "reference's the same coin flips. Not allowed: F.scaled_dot_product_attention, the course's "
+    "scaled_dot_product_attention, MultiHeadAttention, MultiHeadAttentionWrapper, CausalAttention, "
+    "nn.MultiheadAttention.",
+    reference=MultiHeadAttention,
+    cases=_cases,
+    hint=["Write the shapes first, as comments, from x (B, T, d_in) to the output (B, T, d_out), then one line per "
+          "arrow. The summary above lists every step.",
+          "Cutting d_out into heads: which axis of (B, T, d_out) holds one token's features, and where must the "
+          "head axis end up for one matmul to handle every head at once?",
+          "The mask: which entries of a (T, T) matrix are the future of query i? Build it once for context_length "
+          "tokens and take the top-left (T, T) corner in forward.",
+          "Merging is splitting backwards, step for step in reverse order."],
+    solution=_SolutionMultiHeadAttention,
+    mistakes=[],
 )
 
 
-# --- 2. spot the bug: multi-head attention in one function --------------------------------------------------
-def _attention_cases(g: torch.Generator) -> list[Case]:
-    def case(num_heads, d_out):
-        shape = (2, 5, d_out)
-        return Case(f"batch 2, 5 tokens, d_out={d_out}, {num_heads} head{'' if num_heads == 1 else 's'}",
-                    (randn(g, *shape), randn(g, *shape), randn(g, *shape), num_heads))
-    return [case(1, 4), case(2, 8), case(4, 16), case(3, 6)]
+# --- 2. spot the bug: one fused projection for queries, keys and values --------------------------------------
+def _fused_cases(g: torch.Generator) -> list[Case]:
+    def case(num_heads, head_dim, d_in=5, num_tokens=6, scale=1.0):
+        d_out = num_heads * head_dim
+        text = f"batch 2, {num_tokens} tokens, d_in={d_in}, {num_heads} head{'s' if num_heads > 1 else ''} of {head_dim}"
+        return Case(text + (f", inputs times {scale:g}" if scale != 1.0 else ""),
+                    (randn(g, 2, num_tokens, d_in, scale=scale), randn(g, 3 * d_out, d_in, scale=0.5), num_heads))
+    return [case(1, 4), case(2, 4), case(3, 2, d_in=8), case(4, 3, num_tokens=7), case(2, 3, scale=20.0)]
 
 
-def _reference_heads(queries, keys, values, num_heads):
-    q, k, v = (t.unflatten(-1, (num_heads, -1)).transpose(1, 2) for t in (queries, keys, values))  # (B, H, T, D)
-    context, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(queries.shape[1]))
-    return context.transpose(1, 2).flatten(2)                                # (B, H, T, D) -> (B, T, H*D)
+def _reference_fused(x, qkv_weight, num_heads):
+    w_query, w_key, w_value = qkv_weight.chunk(3, dim=0)               # 3 x (d_out, d_in)
+    queries, keys, values = (
+        (x @ w.T).unflatten(-1, (num_heads, -1)).transpose(1, 2) for w in (w_query, w_key, w_value))  # (B, H, T, D)
+    context, _ = scaled_dot_product_attention(queries, keys, values, mask=causal_mask(x.shape[1]))
+    return context.transpose(1, 2).flatten(2)                            # (B, H, T, D) -> (B, T, d_out)
 
 
-def buggy_multi_head(queries, keys, values, num_heads):
-    batch_size, num_tokens, d_out = queries.shape
+def buggy_fused_heads(x, qkv_weight, num_heads):
+    batch_size, num_tokens, _ = x.shape
+    d_out = qkv_weight.shape[0] // 3
     head_dim = d_out // num_heads
-    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)  # (B, H, T, D)
-    k = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    v = values.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = q @ k.transpose(2, 3) / math.sqrt(head_dim)     # (B, H, T, T)
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device), diagonal=1)
+    qkv = x @ qkv_weight.T                                              # (B, T, d_in) -> (B, T, 3*d_out)
+    qkv = qkv.view(batch_size, num_tokens, num_heads, 3, head_dim)      # (B, T, H, 3, D)
+    queries, keys, values = qkv.permute(3, 0, 2, 1, 4)                  # 3 x (B, H, T, D)
+    attn_scores = queries @ keys.transpose(2, 3) / math.sqrt(head_dim)  # (B, H, T, T)
+    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
     attn_weights = torch.softmax(attn_scores.masked_fill(mask, float("-inf")), dim=-1)
-    context = attn_weights @ v                                    # (B, H, T, D)
-    return context.permute(0, 2, 3, 1).reshape(batch_size, num_tokens, d_out)  # -> (B, T, d_out)
+    context = (attn_weights @ values).transpose(1, 2)                   # (B, H, T, D) -> (B, T, H, D)
+    return context.reshape(batch_size, num_tokens, d_out)               # (B, T, d_out)
 
 
-def _solution_multi_head(queries, keys, values, num_heads):
-    batch_size, num_tokens, d_out = queries.shape
+def _solution_fused_heads(x, qkv_weight, num_heads):
+    batch_size, num_tokens, _ = x.shape
+    d_out = qkv_weight.shape[0] // 3
     head_dim = d_out // num_heads
-    q = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)  # (B, H, T, D)
-    k = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    v = values.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = q @ k.transpose(2, 3) / math.sqrt(head_dim)     # (B, H, T, T)
-    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device), diagonal=1)
+    qkv = x @ qkv_weight.T                                              # (B, T, d_in) -> (B, T, 3*d_out)
+    qkv = qkv.view(batch_size, num_tokens, 3, num_heads, head_dim)      # (B, T, 3, H, D): q, k, v blocks first
+    queries, keys, values = qkv.permute(2, 0, 3, 1, 4)                  # 3 x (B, H, T, D)
+    attn_scores = queries @ keys.transpose(2, 3) / math.sqrt(head_dim)  # (B, H, T, T)
+    mask = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
     attn_weights = torch.softmax(attn_scores.masked_fill(mask, float("-inf")), dim=-1)
-    context = attn_weights @ v                                    # (B, H, T, D)
-    # (B, H, T, D) -> (B, T, H, D) -> (B, T, d_out): head h's D features sit together, heads in order
+    context = (attn_weights @ values).transpose(1, 2)                   # (B, H, T, D) -> (B, T, H, D)
+    return context.reshape(batch_size, num_tokens, d_out)               # (B, T, d_out)
+
+
+def _with_blocks(x, qkv_weight, num_heads, order):
+    """The right computation, with the three (d_out, d_in) blocks of qkv_weight taken in ``order``."""
+    blocks = qkv_weight.chunk(3, dim=0)
+    return _reference_fused(x, torch.cat([blocks[i] for i in order]), num_heads)
+
+
+def _queries_keys_swapped(x, qkv_weight, num_heads):
+    return _with_blocks(x, qkv_weight, num_heads, (1, 0, 2))
+
+
+def _keys_values_swapped(x, qkv_weight, num_heads):
+    return _with_blocks(x, qkv_weight, num_heads, (0, 2, 1))
+
+
+def _heads_interleaved(x, qkv_weight, num_heads):
+    """Blocks right, but each block's features read as (D, H): head h gets features h, h + H, ..."""
+    batch_size, num_tokens, _ = x.shape
+    d_out = qkv_weight.shape[0] // 3
+    qkv = (x @ qkv_weight.T).view(batch_size, num_tokens, 3, d_out // num_heads, num_heads)
+    queries, keys, values = qkv.permute(2, 0, 4, 1, 3)                  # 3 x (B, H, T, D)
+    context, _ = scaled_dot_product_attention(queries, keys, values, mask=causal_mask(num_tokens))
     return context.transpose(1, 2).reshape(batch_size, num_tokens, d_out)
 
 
-def _merged_without_moving_heads(queries, keys, values, num_heads):
-    """Reads the (B, H, T, D) context straight as (B, T, d_out): rows of different tokens get mixed."""
-    q, k, v = (t.unflatten(-1, (num_heads, -1)).transpose(1, 2) for t in (queries, keys, values))
-    context, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(queries.shape[1]))
-    return context.reshape(queries.shape)
-
-
-def _interleaved_everywhere(queries, keys, values, num_heads):
-    """Splits and merges both in (D, H) order: consistent, but head h works on features h, h + H, h + 2H, ..."""
-    b, t, d = queries.shape
-    q, k, v = (x.view(b, t, d // num_heads, num_heads).permute(0, 3, 1, 2) for x in (queries, keys, values))
-    context, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(t))
-    return context.permute(0, 2, 3, 1).reshape(b, t, d)
-
-
-multi_head_bug = SpotTheBug(
-    "Spot the bug: multi-head attention in one function",
-    "multi_head(queries, keys, values, num_heads) takes projected queries, keys and values of shape "
-    "(batch_size, num_tokens, d_out) and runs causal attention in every head. Head h works on features "
-    "h*head_dim to (h+1)*head_dim - 1 of the queries, keys and values, and its context vectors must land in the "
-    "same features of the output, as with the wrapper's torch.cat (no out_proj). The code runs and every shape is "
-    "right, yet its output is wrong. Find the bug and fix it.",
-    reference=_reference_heads,
-    cases=_attention_cases,
-    hint=["Try it with num_heads=1, then with 2, on inputs small enough to read. With one head it is right: what "
-          "does a second head change?",
-          "Compute head 1 alone, by hand, from its slice of the queries, keys and values. Then look for its "
-          "context vectors in the function's output: which features of each token hold them?"],
-    solution=_solution_multi_head,
-    buggy=buggy_multi_head,
-    bug_message="every head computes the right context vectors, but they land in the wrong features of the "
-                "output: with 2 heads, feature 1 of each token holds head 1's first feature instead of head 0's "
-                "second. Head h's context vector must fill features h*head_dim to (h+1)*head_dim - 1.",
+fused_qkv_bug = SpotTheBug(
+    "Spot the bug: queries, keys and values from one projection",
+    "fused_heads(x, qkv_weight, num_heads) runs causal multi-head attention with ONE projection for queries, keys "
+    "and values, as GPT-2's c_attn and nn.MultiheadAttention's in_proj_weight do. qkv_weight (3*d_out, d_in) is "
+    "W_query.weight, W_key.weight and W_value.weight stacked in that order, so x @ qkv_weight.T holds all d_out "
+    "query features, then all key features, then all value features; head h owns features h*head_dim to "
+    "(h+1)*head_dim - 1 of each. Return the merged context vectors (batch_size, num_tokens, d_out), without "
+    "out_proj. The code runs, every shape is right, and with one head it is even correct. Find the bug and fix it.",
+    reference=_reference_fused,
+    cases=_fused_cases,
+    hint=["Compare one head with two on a small input: with one head it is right. What does a second head "
+          "change?",
+          "Write the 3*d_out features of one token as blocks: which features are queries, and which of them are "
+          "head 1's? Then ask which features the view hands to head 1 as its query."],
+    solution=_solution_fused_heads,
+    buggy=buggy_fused_heads,
+    bug_message="the view reads the 3*d_out features as (num_heads, 3, head_dim): head 0's 'query, key, value' are "
+                "then the first 3*head_dim features, all of them queries. The projection puts all queries first, "
+                "then all keys, then all values: the axis of size 3 comes before the head axis.",
     mistakes=[
-        Mistake(_merged_without_moving_heads,
-                "your output reads the (B, H, T, D) context vectors straight as (B, T, d_out): the numbers of "
-                "one head's tokens fill a row, so each output row mixes several tokens (even later ones). Bring "
-                "the token axis next to the batch axis before you flatten the heads."),
-        Mistake(_interleaved_everywhere,
-                "split and merge now agree, but both use the (D, H) order: head h works on features h, h + H, "
-                "h + 2H, ... of the queries, keys and values instead of its own block h*head_dim to "
-                "(h+1)*head_dim - 1."),
+        Mistake(_queries_keys_swapped,
+                "your queries and keys are swapped: the weights of query i for key j are those of query j for key "
+                "i, which the causal mask then cuts differently. The first d_out features are the queries."),
+        Mistake(_keys_values_swapped,
+                "your keys and values are swapped: the second block of d_out features holds the keys, the third "
+                "the values."),
+        Mistake(_heads_interleaved,
+                "queries, keys and values are now read from the right blocks, but inside each block head h gets "
+                "features h, h + H, h + 2H, ... instead of its own block h*head_dim to (h+1)*head_dim - 1."),
     ],
 )
