@@ -46,6 +46,8 @@ CHROMIUM = os.environ.get("E2E_CHROMIUM", "/usr/bin/chromium")
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 SERVER_START_TIMEOUT_S = 60
+# How the kernels' live pictures reach the browser (helpers/widgets.py: choose_transport).
+TRANSPORT_VARIABLE = "ATTENTION_COURSE_LIVE_TRANSPORT"
 
 # Lab settings (JUPYTERLAB_SETTINGS_DIR): no "Select Kernel" dialog, no news/update popup,
 # every cell in the DOM (no windowing), no autosave into the temporary copy.
@@ -287,32 +289,59 @@ def latency_log(screenshot_dir):
               f"over {len(shown)} slider steps ({screenshot_dir / 'latency.json'})")
 
 
-@pytest.fixture(scope="session")
-def lab_server(e2e_tmp):
-    """JupyterLab on a temporary copy of the notebooks, token authentication on."""
+@contextlib.contextmanager
+def _start_lab(e2e_tmp, name: str, extra_env: dict[str, str]):
+    """JupyterLab on a temporary copy of the notebooks (folder ``name``), token authentication on."""
     _require()
-    root = e2e_tmp / "notebooks"
+    base = e2e_tmp / name
+    root = base / "notebooks"
     shutil.copytree(NOTEBOOK_DIR, root, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
-    env = dict(os.environ)
-    for name in ("JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR", "JUPYTER_RUNTIME_DIR",
-                 "JUPYTER_CONFIG_DIR"):
-        (e2e_tmp / name.lower()).mkdir()
-        env[name] = str(e2e_tmp / name.lower())
+    env = {**os.environ, **extra_env}
+    for variable in ("JUPYTERLAB_SETTINGS_DIR", "JUPYTERLAB_WORKSPACES_DIR", "JUPYTER_RUNTIME_DIR",
+                     "JUPYTER_CONFIG_DIR"):
+        (base / variable.lower()).mkdir()
+        env[variable] = str(base / variable.lower())
     for relative, settings in LAB_SETTINGS.items():
-        target = e2e_tmp / "jupyterlab_settings_dir" / relative
+        target = base / "jupyterlab_settings_dir" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(settings, indent=2), encoding="utf-8")
 
     token, port = secrets.token_hex(24), _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = e2e_tmp / "jupyterlab.log"
+    log = base / "jupyterlab.log"
     command = [str(_jupyter_executable()), "lab", "--no-browser", "--allow-root",
                f"--config={REPO / 'scripts' / 'jupyter_server_config.py'}",  # as make lab
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
     with serve_jupyter(command, root, env, log, url, token) as (process, up_in):
-        print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} (up in {up_in:.1f} s, log {log})")
+        print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} {extra_env or ''} "
+              f"(up in {up_in:.1f} s, log {log})")
         yield LabServer(url=url, token=token, root=root, log=log, pid=process.pid)
+
+
+@pytest.fixture(scope="session")
+def lab_server(e2e_tmp):
+    """JupyterLab whose kernels deliver live pictures the default way (binary buffers, ``widgets.Image``)."""
+    with _start_lab(e2e_tmp, "lab", {TRANSPORT_VARIABLE: "image"}) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def lab_server_text(e2e_tmp):
+    """JupyterLab whose kernels deliver live pictures as text only (a data URL in an HTML widget), as in Colab."""
+    with _start_lab(e2e_tmp, "lab-text", {TRANSPORT_VARIABLE: "text"}) as server:
+        yield server
+
+
+def transport_notebook(directory: Path = NOTEBOOK_DIR) -> Path:
+    """The notebook both transports are checked on, in JupyterLab and classic Notebook: the first whose stored
+    outputs hold a live figure with a slider and no cell meant to raise (classic Notebook stops Run All at the
+    first error, tagged or not)."""
+    for path in live_figure_notebooks(directory, with_slider=True):
+        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+        if not any("raises-exception" in c.get("metadata", {}).get("tags", []) for c in cells):
+            return path
+    pytest.skip(f"no notebook with a live figure and a slider, without a cell meant to raise, in {directory}")
 
 
 @contextlib.contextmanager

@@ -3,13 +3,14 @@
 Colab's front end is not JupyterLab: it renders ipywidgets 7, like classic Notebook. This test opens a
 notebook with a live picture in classic Notebook served from the Colab-like environment that
 ``scripts/colab_stack.py`` builds (``make test`` runs it there, with ``E2E_CLASSIC_VENV`` set), runs all
-cells, checks that no cell failed and that the live picture is shown, moves a slider with the keyboard
-and checks that the picture changes (a new PNG behind the image). Without ``E2E_CLASSIC_VENV`` it is skipped.
+cells, checks that no cell failed, and moves a control of every live picture (a slider with the keyboard, or a
+toggle button) and checks that the picture changes (a new PNG behind it). It does so twice, with the kernels
+sending pictures as binary buffers (transport "image") and as text only (transport "text", what Colab gets), on
+the same notebook as the JupyterLab text-transport check. Without ``E2E_CLASSIC_VENV`` it is skipped.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import shutil
@@ -20,7 +21,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, _free_port, serve_jupyter
+from .conftest import CHROMIUM, CHROMIUM_ARGS, TRANSPORT_VARIABLE, _free_port, serve_jupyter, transport_notebook
 
 pytestmark = pytest.mark.e2e
 
@@ -35,61 +36,56 @@ RUN_ALL_DONE = """() => {
   return Jupyter.notebook.get_cells().every(c => c.cell_type !== 'code' || c.get_text().trim() === ''
                                                  || typeof c.input_prompt_number === 'number');
 }"""
-IMAGE_DIGEST = """async (img) => {
+# The <img> a live picture shows now (transport "image": the element itself; "text": inside an HTML widget).
+CURRENT_IMG = "const current = (el) => el.tagName === 'IMG' ? el : el.querySelector('img');"
+IMAGE_DIGEST = """async (el) => {
+  %s
+  const img = current(el);
   const bytes = await (await fetch(img.src)).arrayBuffer();
   const digest = await crypto.subtle.digest('SHA-256', bytes);
-  return Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
-}"""
+  return [Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join(''),
+          img.src.split(':', 1)[0]];
+}""" % CURRENT_IMG
+CURRENT_SRC = "(el) => { %s const img = current(el); return img ? img.src : null; }" % CURRENT_IMG
 
 
-def _notebook_with_a_live_figure(directory: Path) -> Path:
-    """The first notebook whose stored outputs hold a live figure, and no cell meant to raise (classic
-    Notebook stops Run All at the first error, tagged or not). The browser then looks for one with a slider."""
-    for path in sorted(directory.glob("*.ipynb")):
-        cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
-        if any("raises-exception" in c.get("metadata", {}).get("tags", []) for c in cells):
-            continue
-        if any("LiveFigure(" in "".join(o.get("data", {}).get("text/plain", ""))
-               for c in cells for o in c.get("outputs", [])):
-            return path
-    pytest.skip(f"no notebook with a live figure in {directory}")
-
-
-@pytest.fixture(scope="module")
-def classic_server(e2e_tmp):
+@pytest.fixture(scope="module", params=["image", "text"])
+def classic_server(e2e_tmp, request):
+    """Classic Notebook from the Colab-like stack; its kernels send live pictures by the transport in the param."""
     if not VENV:
         pytest.skip("E2E_CLASSIC_VENV is not set: `make test` (scripts/colab_stack.py) sets it to its Colab-like stack")
     jupyter = Path(VENV) / "bin" / "jupyter"
     if not jupyter.exists():
         pytest.fail(f"no jupyter in {VENV}")
-    root = e2e_tmp / "classic"
+    transport = request.param
+    root = e2e_tmp / f"classic-{transport}"
     shutil.copytree(Path(__file__).resolve().parents[2] / "notebooks", root,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    env = dict(os.environ)
+    env = {**os.environ, TRANSPORT_VARIABLE: transport}
     for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR"):
-        (e2e_tmp / f"classic-{name.lower()}").mkdir(exist_ok=True)
-        env[name] = str(e2e_tmp / f"classic-{name.lower()}")
+        (e2e_tmp / f"classic-{transport}-{name.lower()}").mkdir(exist_ok=True)
+        env[name] = str(e2e_tmp / f"classic-{transport}-{name.lower()}")
     env.pop("JUPYTER_PATH", None)  # the stack's own kernel (python3 of that environment)
     token, port = secrets.token_hex(24), _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = e2e_tmp / "classic-notebook.log"
+    log = e2e_tmp / f"classic-notebook-{transport}.log"
     command = [str(jupyter), "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
                "--port-retries=0", f"--NotebookApp.token={token}", f"--notebook-dir={root}"]
     with serve_jupyter(command, root, env, log, url, token, timeout_s=60):
-        yield url, token, root, log
+        yield url, token, root, log, transport
 
 
-def test_classic_notebook_with_ipywidgets_7_moves_the_picture(classic_server, screenshot_dir):
+def test_classic_notebook_with_ipywidgets_7_moves_every_picture(classic_server, screenshot_dir):
     from playwright.sync_api import sync_playwright
 
-    url, token, root, log = classic_server
-    notebook = _notebook_with_a_live_figure(root)
+    url, token, root, log, transport = classic_server
+    notebook = transport_notebook(root)
     versions = subprocess.run([str(Path(VENV) / "bin" / "python"), "-c",
                                "import ipywidgets, notebook, matplotlib; print(ipywidgets.__version__, "
                                "notebook.__version__, matplotlib.__version__)"],
                               capture_output=True, text=True, check=True).stdout.split()
     print(f"\n[e2e] classic Notebook {versions[1]}, ipywidgets {versions[0]}, matplotlib {versions[2]}: "
-          f"{notebook.name}")
+          f"{notebook.name}, transport {transport}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
@@ -103,28 +99,41 @@ def test_classic_notebook_with_ipywidgets_7_moves_the_picture(classic_server, sc
             page.locator("#celllink").click()
             page.locator("#run_all_cells > a").click()
             page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=200)
-            page.screenshot(path=str(screenshot_dir / "classic-1-run-all.png"))
+            page.screenshot(path=str(screenshot_dir / f"classic-{transport}-1-run-all.png"))
             errors = page.locator(".output_error")
             assert errors.count() == 0, f"a cell failed: {errors.first.inner_text()[:1500]}"
             assert "Error displaying widget" not in page.inner_text("body")
             print(f"[e2e]   Run All finished in {time.monotonic() - started:.1f} s")
 
-            figure = page.locator(".widget-vbox:has(> img.widget-image)"
-                                  ":has(.ui-slider-handle, .noUi-handle, [role=slider])").first
-            figure.wait_for(state="visible", timeout=20_000)
-            image = figure.locator(":scope > img.widget-image")
-            figure.scroll_into_view_if_needed()
-            before_src, before = image.get_attribute("src"), image.evaluate(IMAGE_DIGEST)
-            handle = figure.locator(".ui-slider-handle, .noUi-handle, [role=slider]").first
-            handle.click()
-            page.keyboard.press("ArrowRight")
-            page.wait_for_function("([img, src]) => img.src !== src", arg=[image.element_handle(), before_src],
-                                   timeout=PICTURE_TIMEOUT_MS)
-            page.wait_for_timeout(300)  # let a second update from the click land
-            page.screenshot(path=str(screenshot_dir / "classic-2-slider-moved.png"))
-            assert image.evaluate(IMAGE_DIGEST) != before, "the picture's bytes did not change"
+            figures = page.locator(".widget-vbox:has(> .course-live-picture)")
+            figures.first.wait_for(state="visible", timeout=20_000)
+            count = figures.count()
+            assert count >= 1, "no live picture after Run All"
+            for f in range(count):
+                figure = figures.nth(f)
+                picture = figure.locator(":scope > .course-live-picture")
+                assert picture.evaluate("(el) => el.tagName.toLowerCase()") == (
+                    "img" if transport == "image" else "div"), f"figure #{f} is not drawn by the {transport} transport"
+                figure.scroll_into_view_if_needed()
+                before_src, (before, scheme) = picture.evaluate(CURRENT_SRC), picture.evaluate(IMAGE_DIGEST)
+                assert scheme == ("blob" if transport == "image" else "data"), f"figure #{f}: a {scheme}: URL"
+                handle = figure.locator(".ui-slider-handle, .noUi-handle, [role=slider]")
+                if handle.count():
+                    handle.first.click()
+                    page.keyboard.press("ArrowRight")
+                    moved = "slider"
+                else:
+                    figure.locator(".widget-toggle-buttons button:not(.mod-active)").first.click()
+                    moved = "toggle button"
+                page.wait_for_function(f"([el, src]) => ({CURRENT_SRC})(el) !== src",
+                                       arg=[picture.element_handle(), before_src], timeout=PICTURE_TIMEOUT_MS)
+                page.wait_for_timeout(300)  # let a second update from the click land
+                after, _ = picture.evaluate(IMAGE_DIGEST)
+                assert after != before, f"figure #{f}: the picture's bytes did not change after moving a {moved}"
+                print(f"[e2e]   figure #{f}: {moved} moved, new picture ({transport} transport)")
+            page.screenshot(path=str(screenshot_dir / f"classic-{transport}-2-pictures-moved.png"))
         finally:
-            (screenshot_dir / "classic-page.html").write_text(page.content(), encoding="utf-8")
+            (screenshot_dir / f"classic-{transport}-page.html").write_text(page.content(), encoding="utf-8")
             for text in console_errors[:10]:
                 print(f"[e2e]   browser console error: {text[:300]}")
             browser.close()

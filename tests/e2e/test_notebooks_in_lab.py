@@ -1,11 +1,13 @@
 """Browser check: open every notebook in JupyterLab, Run All, move every control.
 
 Each notebook must run without a traceback or "Error displaying widget", show at least one LiveFigure
-with a slider, and for every LiveFigure (a ``.widget-vbox`` holding controls and an ``img.widget-image``)
+with a slider, and for every LiveFigure (a ``.widget-vbox`` holding controls and a ``.course-live-picture``)
 and every slider / toggle-button group in it, the picture must change (new PNG bytes behind the image)
 within 5 s of the key press or click. The latency is printed, and for sliders also collected into
 ``latency.json`` (see conftest.py). Screenshots before/after go to E2E_SCREENSHOT_DIR. Part of
-``make test``; ``make e2e`` runs these alone.
+``make test``; ``make e2e`` runs these alone. Every notebook is checked with the default transport (PNG bytes in a
+binary buffer); one notebook (conftest.transport_notebook) again, in a second JupyterLab whose kernels send
+pictures as text only (ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.e2e
 
 PANEL = ".jp-NotebookPanel:not(.lm-mod-hidden)"
 IDLE = ".jp-Notebook-ExecutionIndicator[data-status='idle']"
-LIVE_FIGURE = ".widget-vbox:has(> img.widget-image)"
+LIVE_FIGURE = ".widget-vbox:has(> .course-live-picture)"
 KERNEL_READY_TIMEOUT_MS = 60_000
 RUN_ALL_TIMEOUT_MS = 120_000
 PICTURE_TIMEOUT_MS = 5_000
@@ -34,51 +36,67 @@ CONTROL_SHOTS = os.environ.get("E2E_BURST") == "all" or os.environ.get("E2E_CONT
 # An error output without the word Traceback (e.g. SyntaxError) still has a line like "NameError: ...".
 ERROR_LINE = re.compile(r"^\s*\w*(Error|Exception|Interrupt)\b", re.M)
 
-# Watches one <img>: when the first input event (key/mouse) happens, when its src changes,
-# and when the new picture has loaded. performance.now() throughout, in ms.
-ARM_WATCH = """(img) => {
-  const st = {t0: null, tSrc: null, tLoad: null, startSrc: img.src};
+# A live picture is the element with the class course-live-picture: the <img> itself (transport "image",
+# a blob: URL) or an HTML widget holding one (transport "text", a data: URL, a new <img> on every update).
+# `PICTURE_IMG` finds the <img> shown now; the scripts below take the picture element.
+PICTURE = ":scope > .course-live-picture"
+PICTURE_IMG = "const current = (el) => el.tagName === 'IMG' ? el : el.querySelector('img');"
+
+# Watches one picture: when the first input event (key/mouse) happens, when its <img> shows a new src,
+# and when that new picture has loaded. performance.now() throughout, in ms.
+ARM_WATCH = """(el) => {
+  %s
+  const first = current(el);
+  const st = {t0: null, tSrc: null, tLoad: null, startSrc: first ? first.src : null};
   const onInput = () => { if (st.t0 === null) st.t0 = performance.now(); };
   document.addEventListener('keydown', onInput, true);
   document.addEventListener('mousedown', onInput, true);
-  const onLoad = () => { if (st.tSrc !== null && st.tLoad === null) st.tLoad = performance.now(); };
-  img.addEventListener('load', onLoad);
-  const observer = new MutationObserver(() => {
-    if (st.tSrc === null && img.src !== st.startSrc) st.tSrc = performance.now();
-  });
-  observer.observe(img, {attributes: true, attributeFilter: ['src']});
+  const loaded = () => { if (st.tSrc !== null && st.tLoad === null) st.tLoad = performance.now(); };
+  const check = () => {
+    const img = current(el);
+    if (!img || img.src === st.startSrc || st.tSrc !== null) return;
+    st.tSrc = performance.now();
+    if (img.complete && img.naturalWidth > 0 && el.tagName !== 'IMG') loaded();  // a data: URL may decode at once
+    else img.addEventListener('load', loaded, {once: true});
+  };
+  const observer = new MutationObserver(check);
+  observer.observe(el, {attributes: true, attributeFilter: ['src'], childList: true, subtree: true});
   st.stop = () => {
     observer.disconnect();
-    img.removeEventListener('load', onLoad);
     document.removeEventListener('keydown', onInput, true);
     document.removeEventListener('mousedown', onInput, true);
   };
   window.__e2eWatch = st;
-}"""
+}""" % PICTURE_IMG
 
-# SHA-256 of the bytes behind the image's (blob/data) URL, plus its natural size.
-IMAGE_DIGEST = """async (img) => {
+# SHA-256 of the bytes behind the picture's (blob/data) URL, plus its natural size.
+IMAGE_DIGEST = """async (el) => {
+  %s
+  const img = current(el);
   const bytes = await (await fetch(img.src)).arrayBuffer();
   const digest = await crypto.subtle.digest('SHA-256', bytes);
   const hex = Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
   const box = img.getBoundingClientRect();
   return {sha256: hex, bytes: bytes.byteLength, width: img.naturalWidth, height: img.naturalHeight,
-          shownWidth: Math.round(box.width), shownHeight: Math.round(box.height), src: img.src};
-}"""
+          shownWidth: Math.round(box.width), shownHeight: Math.round(box.height),
+          scheme: img.src.split(':', 1)[0]};
+}""" % PICTURE_IMG
 
-# Resolves once the image's src has not changed for `quiet` ms and the kernel is idle.
-WAIT_SETTLED = """async (img, [quiet, timeout]) => {
+# Resolves once the picture's src has not changed for `quiet` ms and the kernel is idle.
+WAIT_SETTLED = """async (el, [quiet, timeout]) => {
+  %s
   const t0 = performance.now();
-  let last = img.src, since = performance.now();
+  let last = current(el).src, since = performance.now();
   while (performance.now() - t0 < timeout) {
     await new Promise(r => setTimeout(r, 50));
+    const img = current(el);
     if (img.src !== last) { last = img.src; since = performance.now(); }
-    const panel = img.closest('.jp-NotebookPanel');
+    const panel = el.closest('.jp-NotebookPanel');
     const idle = panel && panel.querySelector(".jp-Notebook-ExecutionIndicator[data-status='idle']");
     if (idle && img.complete && performance.now() - since >= quiet) return true;
   }
   return false;
-}"""
+}""" % PICTURE_IMG
 
 # Records whether the notebook's execution indicator goes busy (set before Run All).
 ARM_BUSY = """() => {
@@ -203,7 +221,8 @@ def _wait_for_live_figures(panel, expected: int) -> int:
         if count != last:
             last, stable_since = count, time.monotonic()
         ready = count >= max(expected, 1) and all(
-            figures.nth(i).locator(":scope > img.widget-image").get_attribute("src") for i in range(count))
+            figures.nth(i).locator(PICTURE).evaluate(f"(el) => {{ {PICTURE_IMG} const img = current(el); "
+                                                     f"return !!(img && img.src); }}") for i in range(count))
         if ready and time.monotonic() - stable_since > 0.5:
             return count
         time.sleep(0.1)
@@ -255,10 +274,21 @@ def test_lab_server_requires_the_token(lab_server):
 
 
 def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log):
+    _check_every_live_figure(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log, "image")
+
+
+def test_live_figures_respond_with_the_text_transport(lab_server_text, lab_browser, screenshot_dir, latency_log):
+    """The same checks with pictures sent as text only (what Colab gets): every live picture of one notebook."""
+    from .conftest import transport_notebook
+
+    _check_every_live_figure(transport_notebook(), lab_server_text, lab_browser, screenshot_dir, latency_log, "text")
+
+
+def _check_every_live_figure(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log, transport):
     name = live_notebook.name
-    stem = live_notebook.stem
+    stem = live_notebook.stem if transport == "image" else f"{live_notebook.stem}-{transport}"
     copy = lab_server.root / name
-    print(f"\n[e2e] {name}")
+    print(f"\n[e2e] {name} (transport {transport})")
     page = lab_browser.new_page()
     console_errors: list[str] = []
     page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
@@ -280,7 +310,10 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_brows
 
         for f in range(count):
             figure = panel.locator(LIVE_FIGURE).nth(f)
-            image = figure.locator(":scope > img.widget-image")
+            image = figure.locator(PICTURE)
+            expected_tag = "img" if transport == "image" else "div"
+            assert image.evaluate("(el) => el.tagName.toLowerCase()") == expected_tag, \
+                f"{name}: LiveFigure #{f} is not drawn with the {transport} transport"
             controls = ([("slider", c) for c in figure.locator(".widget-hslider").all()]
                         + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()])
             assert controls, f"{name}: LiveFigure #{f} has no slider or toggle buttons"
@@ -327,9 +360,13 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_brows
                     print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
                 latencies.append(line)
                 if kind == "slider":
-                    latency_log.append({"notebook": name, "figure": f, "control": label, "key": action,
+                    latency_log.append({"notebook": name, "transport": transport, "figure": f, "control": label,
+                                        "key": action,
                                         "src_ms": round(src_ms, 1), "picture_ms": round(shown_ms, 1),
                                         "png_bytes": after["bytes"]})
+                if after["scheme"] != ("blob" if transport == "image" else "data"):
+                    problems.append(f"{where}: the picture came as a {after['scheme']}: URL, not by the "
+                                    f"{transport} transport")
                 if value_after == value_before:
                     problems.append(f"{where}: {action} did not change the control's value ({value_before!r})")
                 if after["sha256"] == before["sha256"]:

@@ -61,7 +61,7 @@ def test_readme_screenshot(lab_server, lab_browser, screenshot_dir):
         # The whole figure at the bottom of the window, the end of the code that built it above.
         figure.evaluate("el => el.scrollIntoView({block: 'end'})")
         page.wait_for_timeout(200)
-        image = figure.locator(":scope > img.widget-image")
+        image = figure.locator(":scope > img.course-live-picture")
         handle = slider.locator(".noUi-handle").first
         handle.focus()
         for _ in range(4):

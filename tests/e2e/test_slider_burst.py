@@ -264,7 +264,7 @@ def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_server, la
         control = figure.locator(".widget-hslider").first
         label = control.locator(".widget-label").first.inner_text().strip()
         where = f"{name} figure #{f} slider {label!r}"
-        image = figure.locator(":scope > img.widget-image")
+        image = figure.locator(":scope > img.course-live-picture")
         readout = control.locator(".widget-readout").first
         handle = control.locator(".noUi-handle").first
         track = control.locator(".noUi-target").first
