@@ -18,11 +18,10 @@ from helpers.exercises import SpotTheBug, lesson02
 NOTEBOOK = Path(__file__).resolve().parents[1] / "notebooks" / "02_softmax_and_context_vectors.ipynb"
 
 
-def test_the_notebook_offers_two_exercises_to_write_and_a_spot_the_bug():
-    assert lesson02.__all__ == ["stable_softmax", "scaled_attention", "weights_at_temperature"]
+def test_the_notebook_offers_an_exercise_to_write_and_a_spot_the_bug():
+    assert lesson02.__all__ == ["stable_softmax", "attention_any_shape"]
     assert not isinstance(lesson02.stable_softmax, SpotTheBug)
-    assert not isinstance(lesson02.scaled_attention, SpotTheBug)
-    assert isinstance(lesson02.weights_at_temperature, SpotTheBug)
+    assert isinstance(lesson02.attention_any_shape, SpotTheBug)
 
 
 @pytest.mark.parametrize("call", [
@@ -59,11 +58,56 @@ def test_stable_softmax_cannot_be_copied_from_a_printed_source():
         assert shift not in code, "the lesson's cells would show exercise 1's row-wise shift"
 
 
-def _weights(q, k):
-    return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-1)
+@pytest.mark.parametrize("shift, why", [
+    (lambda s: s.mean(dim=-1, keepdim=True), "mean"),
+    (lambda s: s.min(dim=-1, keepdim=True).values, "smaller than the row's maximum"),
+    (lambda s: s[..., :1], "smaller than the row's maximum"),
+    (lambda s: s.median(dim=-1, keepdim=True).values, "overflow"),  # not a named mistake: caught as nan
+])
+def test_stable_softmax_rejects_a_shift_by_anything_but_the_maximum(shift, why):
+    """Issue 20: a softmax shifted by the row mean (or another number below the maximum) must not pass."""
+    def shifted(scores):
+        exps = torch.exp(scores - shift(scores))
+        return exps / exps.sum(dim=-1, keepdim=True)
+
+    feedback = lesson02.stable_softmax.check(shifted)
+    assert not feedback and feedback.status == "wrong"
+    assert why in feedback.message or "nan" in feedback.message
 
 
-def test_scaled_attention_accepts_batched_forms_written_by_hand():
+def test_stable_softmax_tries_large_very_negative_and_peaked_rows():
+    rows = [c.args[0] for c in lesson02.stable_softmax.cases(torch.Generator().manual_seed(0))]
+    assert any(bool((r > 500).any()) for r in rows)
+    assert any(bool((r.amax(dim=-1) < -500).any()) for r in rows), "a row whose every score is very negative"
+    assert any(bool(((r.amax(dim=-1) - r.mean(dim=-1)) > 90).any()) for r in rows if r.isfinite().all()), "peaked"
+
+    def without_shift(scores):
+        return torch.exp(scores) / torch.exp(scores).sum(dim=-1, keepdim=True)
+
+    def mean_shift_in_float64(scores):  # float64 postpones the overflow; a hidden (-inf) entry still gives nan
+        exps = torch.exp(scores.double() - scores.double().mean(dim=-1, keepdim=True))
+        return (exps / exps.sum(dim=-1, keepdim=True)).float()
+
+    for wrong in (without_shift, mean_shift_in_float64):
+        assert lesson02.stable_softmax.check(wrong).status == "wrong"
+
+
+def _right_attention(q, k, v):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-1)
+    return weights @ v, weights
+
+
+def test_attention_buggy_code_is_right_while_the_queries_are_the_keys():
+    """What the task claims: on sections 1-4's inputs (Q = K = V = X) the buggy code gives the right answer."""
+    tokens, inputs = helpers.your_journey()
+    for got, want in zip(lesson02.buggy_attention(inputs, inputs, inputs), _right_attention(inputs, inputs, inputs)):
+        torch.testing.assert_close(got, want)
+    queries, keys = torch.randn(2, 5), torch.randn(3, 5)
+    with pytest.raises(RuntimeError):
+        lesson02.buggy_attention(queries, keys, torch.randn(3, 1))
+
+
+def test_attention_accepts_right_answers_in_several_styles():
     def with_einsum(q, k, v):
         weights = torch.einsum("...id,...jd->...ij", q, k).div(math.sqrt(k.shape[-1])).softmax(dim=-1)
         return torch.einsum("...ij,...jd->...id", weights, v), weights
@@ -72,91 +116,64 @@ def test_scaled_attention_accepts_batched_forms_written_by_hand():
         weights = torch.softmax(q @ k.mT * k.shape[-1] ** -0.5, dim=-1)
         return (weights @ v, weights)
 
-    assert lesson02.scaled_attention.check(with_einsum).passed
-    assert lesson02.scaled_attention.check(with_mT_and_rsqrt).passed
-
-
-def test_scaled_attention_checks_both_results_and_their_packing():
-    def context_only(q, k, v):
-        return _weights(q, k) @ v
-
-    def as_list(q, k, v):
-        return [_weights(q, k) @ v, _weights(q, k)]
-
-    def weights_first(q, k, v):
-        return _weights(q, k), _weights(q, k) @ v
-
-    def scores_for_weights(q, k, v):
-        scores = q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1])
-        return torch.softmax(scores, dim=-1) @ v, scores
-
-    def weights_over_the_queries(q, k, v):
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(k.shape[-1]), dim=-2)
+    def kept_k_q_then_turned(q, k, v):  # K Qᵀ, softmax over the keys (dim=-2), then turned round
+        weights = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-2).transpose(-2, -1)
         return weights @ v, weights
 
-    feedback = lesson02.scaled_attention.check(context_only)
-    assert not feedback and "only the context vectors" in feedback.message
-    feedback = lesson02.scaled_attention.check(as_list)
-    assert not feedback and "tuple" in feedback.message
-    feedback = lesson02.scaled_attention.check(weights_first)
-    assert not feedback and "weights first" in feedback.message
-    feedback = lesson02.scaled_attention.check(scores_for_weights)
-    assert not feedback and "scores, not the weights" in feedback.message
-    feedback = lesson02.scaled_attention.check(weights_over_the_queries)
-    assert not feedback and "dim=-2" in feedback.message
+    for right in (with_einsum, with_mT_and_rsqrt, kept_k_q_then_turned):
+        assert lesson02.attention_any_shape.check(right).passed, right.__name__
 
 
-@pytest.mark.parametrize("library", [
-    lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), _weights(q, k)),
-    lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v),
-    lambda q, k, v: helpers.attention.scaled_dot_product_attention(q, k, v),
-])
-def test_scaled_attention_forbids_library_attention(library):
-    feedback = lesson02.scaled_attention.check(library)
-    assert not feedback and "not to call" in feedback.message and "scaled_dot_product_attention" in feedback.message
+def test_attention_names_the_plausible_wrong_answers():
+    def k_q_turned_after_a_softmax_over_queries(q, k, v):
+        weights = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1).transpose(-2, -1)
+        return weights @ v, weights
 
+    def mixes_keys(q, k, v):
+        weights = _right_attention(q, k, v)[1]
+        return weights @ k, weights
 
-def test_scaled_attention_tries_different_numbers_of_queries_and_keys():
-    cases = lesson02.scaled_attention.cases(torch.Generator().manual_seed(0))
-    assert any(q.shape[-2] != k.shape[-2] for q, k, _ in (c.args for c in cases))
-    assert any(v.shape[-1] != k.shape[-1] for _, k, v in (c.args for c in cases))
-    assert any(q.dim() == 4 for q, _, _ in (c.args for c in cases))
+    def scaled_by_d_v(q, k, v):
+        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(v.shape[-1]), dim=-1)
+        return weights @ v, weights
 
-    def with_plain_transpose(q, k, v):  # right for one sequence, an error for a batch
+    def plain_transpose(q, k, v):  # right for one sequence, an error for a batch
         weights = torch.softmax(q @ k.transpose(0, 1) / math.sqrt(k.shape[-1]), dim=-1)
         return weights @ v, weights
 
-    feedback = lesson02.scaled_attention.check(with_plain_transpose)
-    assert not feedback and "raised" in feedback.message
+    for wrong, says in ((lesson02.buggy_attention, "K Qᵀ"), (k_q_turned_after_a_softmax_over_queries, "each column"),
+                        (mixes_keys, "mixed the keys"), (scaled_by_d_v, "d_v"), (plain_transpose, "raised"),
+                        (lambda q, k, v: _right_attention(q, k, v)[0], "only the context vectors"),
+                        (lambda q, k, v: list(_right_attention(q, k, v)), "tuple")):
+        feedback = lesson02.attention_any_shape.check(wrong)
+        assert not feedback and says in feedback.message, (says, feedback.message)
 
 
-def test_weights_at_temperature_buggy_code_ignores_the_temperature():
-    scores = torch.tensor([[0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865]])
-    buggy = lesson02.buggy_weights_at_temperature
-    torch.testing.assert_close(buggy(scores, 0.1), buggy(scores, 10.0))
-    torch.testing.assert_close(buggy(scores, 1.0), torch.softmax(scores, dim=-1))
+@pytest.mark.parametrize("library", [
+    lambda q, k, v: (F.scaled_dot_product_attention(q, k, v), _right_attention(q, k, v)[1]),
+    lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v),
+    lambda q, k, v: helpers.attention.scaled_dot_product_attention(q, k, v),
+])
+def test_attention_forbids_library_attention(library):
+    feedback = lesson02.attention_any_shape.check(library)
+    assert not feedback and "not to call" in feedback.message and "scaled_dot_product_attention" in feedback.message
 
 
-def test_weights_at_temperature_accepts_other_right_forms():
-    def sharpened_weights(attn_scores, temperature):
-        weights = torch.softmax(attn_scores, dim=-1) ** (1 / temperature)
-        return weights / weights.sum(dim=-1, keepdim=True)
-
-    def by_hand(attn_scores, temperature):
-        scaled = attn_scores / temperature
-        exps = torch.exp(scaled - scaled.amax(dim=-1, keepdim=True))
-        return exps / exps.sum(dim=-1, keepdim=True)
-
-    assert lesson02.weights_at_temperature.check(sharpened_weights).passed
-    assert lesson02.weights_at_temperature.check(by_hand).passed
+def test_attention_tries_other_shapes_than_the_lesson():
+    cases = lesson02.attention_any_shape.cases(torch.Generator().manual_seed(0))
+    assert any(q.shape[-2] != k.shape[-2] for q, k, _ in (c.args for c in cases))
+    assert any(v.shape[-1] != k.shape[-1] for _, k, v in (c.args for c in cases))
+    assert any(q.dim() == 4 for q, _, _ in (c.args for c in cases))
+    q, k, _ = cases[0].args
+    assert q.shape == k.shape and not torch.equal(q, k), "the first case shows the bug by its values, not a crash"
 
 
 def test_the_notebook_pre_fills_the_exercises_own_buggy_code():
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     cell = next("".join(c["source"]) for c in cells
-                if c["cell_type"] == "code" and "lesson02.weights_at_temperature.check(" in "".join(c["source"]))
+                if c["cell_type"] == "code" and "lesson02.attention_any_shape.check(" in "".join(c["source"]))
     body = [line for line in cell.splitlines()[2:] if line.strip() and "check(" not in line]
-    buggy = inspect.getsource(lesson02.buggy_weights_at_temperature).splitlines()[1:]
+    buggy = inspect.getsource(lesson02.buggy_attention).splitlines()[1:]
     assert body == buggy
 
 
@@ -165,21 +182,21 @@ def test_hints_are_nudges_not_answers(capsys):
         for _ in range(3):
             getattr(lesson02, name).hint()
     shown = capsys.readouterr().out
-    for answer in ("max(dim=-1, keepdim=True)", "keepdim=True", "keys.transpose(-2, -1)", "transpose(-2, -1)",
-                   "attn_weights @", "sqrt(keys.shape[-1])", "attn_scores / temperature", "scores / temperature",
-                   "cancels"):
+    for answer in ("max(dim=-1, keepdim=True)", "keepdim=True", "queries @ keys", "keys.transpose(-2, -1)",
+                   "attn_weights @", "sqrt(keys.shape[-1])", "Q Kᵀ", "cancels"):
         assert answer not in shown, answer
 
 
 def test_the_notebook_states_only_what_is_checked():
-    """Exercise texts speak of built-in softmax / library attention (both forbidden by a rule), not checker internals."""
+    """Exercise texts state every rule (no built-in softmax, no library attention; the hard inputs) and not the fix."""
     cells = json.loads(NOTEBOOK.read_text())["cells"]
     text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
     assert "without any built-in softmax" in text and "without any library attention function" in text
+    exercise_1 = text[text.index("### Exercise 1"):text.index("### Exercise 2")]
+    assert "large" in exercise_1 and "very negative" in exercise_1 and "peaked" in exercise_1
     assert "watches" not in text and "the checker rejects" not in text
-    rules = {name: getattr(lesson02, name).rules for name in ("stable_softmax", "scaled_attention")}
+    rules = {name: getattr(lesson02, name).rules for name in lesson02.__all__}
     assert "helpers.softmax_stable" in rules["stable_softmax"][0].watch
-    assert "torch.nn.functional.scaled_dot_product_attention" in rules["scaled_attention"][0].watch
-    # Exercise 3 asks why, and does not state the fix.
-    exercise_3 = text[text.index("### Exercise 3"):]
-    assert "/ temperature" not in exercise_3 and "s_i / \\tau" not in exercise_3 and "why?" in exercise_3
+    assert "torch.nn.functional.scaled_dot_product_attention" in rules["attention_any_shape"][0].watch
+    exercise_2 = text[text.index("### Exercise 2"):]
+    assert "T_q" in exercise_2 and "d_v" in exercise_2 and "?" in exercise_2

@@ -10,7 +10,7 @@ from ..attention import scaled_dot_product_attention, softmax_stable
 from ._inputs import journey_inputs, randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["stable_softmax", "scaled_attention", "weights_at_temperature"]
+__all__ = ["stable_softmax", "attention_any_shape"]
 
 
 # --- 1. a softmax that never overflows --------------------------------------------------------------
@@ -21,8 +21,23 @@ def _softmax_cases(g: torch.Generator) -> list[Case]:
         Case("a (2, 3) batch whose rows have very different sizes",
              (torch.tensor([[1000.0, 1001.0, 1002.0], [0.0, 1.0, 2.0]]),)),
         Case("a (2, 4, 5) tensor of random scores (softmax over the last dimension)", (randn(g, 2, 4, 5, scale=3.0),)),
+        Case("very negative scores [-1000, -1001, -1002]", (torch.tensor([-1000.0, -1001.0, -1002.0]),)),
+        Case("two scores far apart [0, 120]", (torch.tensor([0.0, 120.0]),)),
+        Case("sharply peaked rows [[0, -1000, -1000], [3, 1, 200]]",
+             (torch.tensor([[0.0, -1000.0, -1000.0], [3.0, 1.0, 200.0]]),)),
         Case("a row with a hidden entry (-inf)", (torch.tensor([1.0, float("-inf"), 2.0]),)),
     ]
+
+
+_SHIFT_TOO_SMALL = ("you subtracted a number smaller than the row's maximum (its minimum, or its first entry): an "
+                    "entry more than about 88 above that number still overflows to inf. Subtract the row's maximum.")
+
+
+def _shifted_by(shift):
+    def softmax(scores):
+        exps = torch.exp(scores - shift(scores))
+        return exps / exps.sum(dim=-1, keepdim=True)
+    return softmax
 
 
 def _solution_stable_softmax(scores):
@@ -34,8 +49,8 @@ def _solution_stable_softmax(scores):
 stable_softmax = FunctionExercise(
     "Stable softmax",
     "write stable_softmax(scores) that normalises the last dimension of `scores` (any shape) with softmax, "
-    "without overflowing for large scores and without calling any built-in softmax (torch.softmax and its "
-    "relatives, helpers.softmax_stable).",
+    "right for large, very negative and sharply peaked rows, and without calling any built-in softmax "
+    "(torch.softmax and its relatives, helpers.softmax_stable).",
     reference=softmax_stable,
     cases=_softmax_cases,
     hint=["Which number in a row makes exp overflow? What happens to a row's softmax if you subtract the same "
@@ -46,9 +61,18 @@ stable_softmax = FunctionExercise(
                    "helpers.softmax_stable", "helpers.attention.softmax_stable",
                    why="Write the exponentials and the sum yourself.")],
     mistakes=[
+        # Shifting by another number than the maximum also cancels, but only the maximum keeps every exponent
+        # <= 0 and the largest one at exactly 0 (no overflow, no 0/0). These come first: on a peaked row their
+        # nan looks like the unshifted one's.
+        Mistake(_shifted_by(lambda s: s.mean(dim=-1, keepdim=True)),
+                "you subtracted each row's mean. That cancels too, but an entry far above the mean still overflows "
+                "(a sharply peaked row), and a row with -inf has mean -inf. Only the maximum makes every exponent "
+                "<= 0 with the largest exactly 0."),
+        Mistake(_shifted_by(lambda s: s.min(dim=-1, keepdim=True).values), _SHIFT_TOO_SMALL),
+        Mistake(_shifted_by(lambda s: s[..., :1]), _SHIFT_TOO_SMALL),
         Mistake(lambda s: torch.exp(s) / torch.exp(s).sum(dim=-1, keepdim=True),
-                "you exponentiate the raw scores: exp(1000) overflows to inf and inf / inf is nan. Subtract each "
-                "row's maximum first."),
+                "you exponentiate the raw scores: exp(1000) overflows to inf and inf / inf is nan, and exp(-1000) "
+                "underflows to 0 and 0 / 0 is nan. Subtract each row's maximum first."),
         Mistake(lambda s: torch.exp(s - s.max()) / torch.exp(s - s.max()).sum(dim=-1, keepdim=True),
                 "you subtracted one maximum for the whole tensor. A row whose scores are far below it underflows "
                 "to exp(...) = 0 everywhere and gives 0/0 = nan. Subtract each row's own maximum "
@@ -63,24 +87,41 @@ stable_softmax = FunctionExercise(
 )
 
 
-# --- 2. scaled dot-product attention: queries and keys of different lengths, any batch in front ---------------
+# --- 2. spot the bug: queries and keys swapped, invisible while Q = K ------------------------------------------
 def _attention_cases(g: torch.Generator) -> list[Case]:
     return [
+        Case("6 queries and 6 keys, queries different from keys, d_k=16, d_v=4",
+             (randn(g, 6, 16), randn(g, 6, 16), randn(g, 6, 4))),
         Case("3 queries, 5 keys and values, d_k=4, d_v=2", (randn(g, 3, 4), randn(g, 5, 4), randn(g, 5, 2))),
-        Case("6 queries, 6 keys, d_k=16, d_v=4 (scaling matters)", (randn(g, 6, 16), randn(g, 6, 16), randn(g, 6, 4))),
         Case("a batch of 2, each with 4 queries and 3 keys, d_k=8, d_v=5",
              (randn(g, 2, 4, 8), randn(g, 2, 3, 8), randn(g, 2, 3, 5))),
         Case("two batch dimensions (2, 3), 1 query and 7 keys, d_k=6, d_v=3",
              (randn(g, 2, 3, 1, 6), randn(g, 2, 3, 7, 6), randn(g, 2, 3, 7, 3))),
+        Case("1 query and 4 keys whose scaled scores reach ±1050 (d_k=4, d_v=3)",
+             (torch.tensor([[30.0, 0.0, 0.0, 0.0]]), torch.tensor([[70.0, 0.0, 0.0, 0.0], [67.0, 0.0, 0.0, 0.0],
+                                                                 [-70.0, 0.0, 0.0, 0.0], [0.0, 9.0, 0.0, 0.0]]),
+              randn(g, 4, 3))),
     ]
 
 
-def _solution_scaled_attention(queries, keys, values):
-    d_k = keys.shape[-1]
-    attn_scores = queries @ keys.transpose(-2, -1)        # (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
-    attn_weights = torch.softmax(attn_scores / math.sqrt(d_k), dim=-1)  # (..., T_q, T_k), rows sum to 1
-    context_vecs = attn_weights @ values                  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
-    return context_vecs, attn_weights
+def buggy_attention(queries, keys, values):
+    # queries (..., T_q, d_k), keys (..., T_k, d_k), values (..., T_k, d_v)
+    d_k = queries.shape[-1]
+    attn_scores = keys @ queries.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(attn_scores, dim=-1)                 # each row sums to 1
+    return attn_weights @ values, attn_weights
+
+
+def _solution_attention(queries, keys, values):
+    d_k = queries.shape[-1]
+    # One row per query, one column per key: (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
+    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(attn_scores, dim=-1)                 # over the keys: each query's row sums to 1
+    return attn_weights @ values, attn_weights                        # (..., T_q, T_k) @ (..., T_k, d_v)
+
+
+_COUNT_NOT_WIDTH = ("you scaled by the square root of a number of tokens (queries or keys). The scale is sqrt(d_k), "
+                    "the width of the queries and keys.")
 
 
 def _softmax_attention(queries, keys, values, scale):
@@ -88,118 +129,60 @@ def _softmax_attention(queries, keys, values, scale):
     return attn_weights @ values, attn_weights
 
 
-def _scores_as_weights(queries, keys, values):
-    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1])
-    return torch.softmax(attn_scores, dim=-1) @ values, attn_scores
-
-
 def _weights_over_queries(queries, keys, values):
     attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1]), dim=-2)
     return attn_weights @ values, attn_weights
 
 
-scaled_attention = FunctionExercise(
-    "Scaled dot-product attention",
-    "write scaled_attention(queries, keys, values) for queries (..., T_q, d_k), keys (..., T_k, d_k) and values "
-    "(..., T_k, d_v), with any batch dimensions in front, returning the pair (context_vecs, attn_weights): "
-    "Z = softmax(Q Kᵀ / sqrt(d_k)) V and the weights A it used, without calling a library's attention function.",
+def _mixes_the_keys(queries, keys, values):
+    attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1]), dim=-1)
+    return attn_weights @ keys, attn_weights
+
+
+attention_any_shape = SpotTheBug(
+    "Spot the bug: attention for any shapes",
+    "attention(queries, keys, values) should return (context_vecs, attn_weights) for queries (..., T_q, d_k), "
+    "keys (..., T_k, d_k) and values (..., T_k, d_v), any batch dimensions in front: Z = softmax(Q Kᵀ / "
+    "sqrt(d_k)) V and the weights A, one row per query, without calling a library's attention function. The "
+    "code below gives the right answer on every example of sections 1 to 4 and its rows sum to 1, yet it is "
+    "wrong. On which inputs can it be right? Try it on one where it cannot, then fix it.",
     reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
     cases=_attention_cases,
-    hint=["Write the shape of every step, with the batch dimensions as `...`. Which dimension of the keys is "
-          "d_k, and which two dimensions must a transpose swap so that it still works with a batch in front?",
-          "The scale is a number computed from the width of the keys: not from the number of queries or keys, "
-          "and not from the width of the values.",
-          "Before you run it, say which shape each of the two results must have, for 4 queries and 3 keys: one "
-          "of them has a row per query and a column per key."],
-    solution=_solution_scaled_attention,
+    hint=["In sections 1 to 4 the queries and the keys were the same vectors. What does that make of the score "
+          "matrix, and so of any mistake that turns it round?",
+          "Make up queries different from the keys, and fewer of them: say 2 queries and 3 keys, with d_v = 1. "
+          "Write the shape of every line, and say which axis of the weights must belong to the queries.",
+          "The scale is sqrt(d_k), the width of the keys: not the number of queries or keys, and not d_v."],
+    solution=_solution_attention,
+    buggy=buggy_attention,
+    bug_message="your score matrix is K Qᵀ: one row per key, one column per query. It equals Q Kᵀ only when the "
+                "queries are the keys (as in sections 1 to 4); otherwise each row's softmax weighs queries, not "
+                "keys (and with T_q != T_k the shapes clash). Each query needs its own row of scores over the keys.",
     rules=[forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
                    "helpers.attention.scaled_dot_product_attention",
                    why="Write the scores, the softmax and the weighted sum yourself.")],
     mistakes=[
+        Mistake(_weights_over_queries,  # also K Qᵀ, softmax over its last axis, then turned round
+                "your weights have one row per query, but each column sums to 1, not each row: the softmax ran "
+                "over the queries (over dim=-2 of Q Kᵀ, or over the last axis of K Qᵀ before turning it round). "
+                "Each query's weights over the keys must sum to 1."),
+        Mistake(_mixes_the_keys,
+                "the weights are right, but you mixed the keys instead of the values: a key is matched, the value "
+                "is handed over (section 3)."),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1.0),
-                "you did not scale the scores. Divide them by sqrt(d_k) before the softmax, or large d_k makes "
-                "the softmax nearly one-hot."),
+                "you did not scale the scores. Divide them by sqrt(d_k) before the softmax."),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / k.shape[-1]),
                 "you divided by d_k instead of its square root."),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / math.sqrt(k.shape[-2])),
-                "you scaled by the square root of the number of keys. The scale is sqrt(d_k), the width of "
-                "the keys (keys.shape[-1])."),
+_COUNT_NOT_WIDTH),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / math.sqrt(q.shape[-2])),
-                "you scaled by the square root of the number of queries. The scale is sqrt(d_k), the width of "
-                "the keys (keys.shape[-1])."),
+_COUNT_NOT_WIDTH),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / math.sqrt(v.shape[-1])),
                 "you scaled by the width of the values, d_v. The scores are dot products of queries and keys: "
-                "their spread grows with d_k, the width of the keys."),
-        Mistake(_weights_over_queries,
-                "your softmax normalises over the queries (dim=-2). Each query's weights over the keys must sum "
-                "to 1: softmax over the last dimension."),
-        Mistake(_scores_as_weights,
-                "the context vectors are right, but the second result is the scaled scores, not the weights: "
-                "return what the softmax made of them (each row sums to 1)."),
-        Mistake(lambda q, k, v: _solution_scaled_attention(q, k, v)[0],
-                "you returned only the context vectors. Return the pair (context_vecs, attn_weights): the "
-                "weights are what a picture of attention shows."),
-        Mistake(lambda q, k, v: tuple(reversed(_solution_scaled_attention(q, k, v))),
-                "you returned the weights first. Return (context_vecs, attn_weights), in that order, as "
-                "helpers.scaled_dot_product_attention does."),
-    ],
-)
-
-
-# --- 3. spot the bug: a temperature applied to the weights ---------------------------------------------------
-def _temperature_cases(g: torch.Generator) -> list[Case]:
-    return [
-        Case("the journey scores of 'journey' at temperature 0.5",
-             (torch.tensor([0.9544, 1.4950, 1.4754, 0.8434, 0.7070, 1.0865]), 0.5)),
-        Case("a (3, 5) matrix of random scores at temperature 0.1", (randn(g, 3, 5), 0.1)),
-        Case("a (2, 3, 4) batch of random scores at temperature 4", (randn(g, 2, 3, 4, scale=2.0), 4.0)),
-        Case("large scores [1000, 1001, 1002] at temperature 0.5", (torch.tensor([1000.0, 1001.0, 1002.0]), 0.5)),
-    ]
-
-
-def buggy_weights_at_temperature(attn_scores, temperature):
-    attn_weights = torch.softmax(attn_scores, dim=-1)              # (..., num_keys), each row sums to 1
-    attn_weights = attn_weights / temperature                      # apply the temperature tau
-    return attn_weights / attn_weights.sum(dim=-1, keepdim=True)   # make each row sum to 1 again
-
-
-def _solution_weights_at_temperature(attn_scores, temperature):
-    return torch.softmax(attn_scores / temperature, dim=-1)       # tau acts on the scores, before the exponential
-
-
-def _exp_without_shift(s, t):
-    exps = torch.exp(s / t)
-    return exps / exps.sum(dim=-1, keepdim=True)
-
-
-weights_at_temperature = SpotTheBug(
-    "Spot the bug: weights at a temperature",
-    "weights_at_temperature(attn_scores, temperature) should turn scores into weights over the last dimension "
-    "(any shape, large scores included) at a temperature, as section 4 describes: a small temperature sharpens "
-    "each row, a large one flattens it. The code below runs and each row of its answer sums to 1, yet the answer "
-    "is wrong. Why?",
-    reference=lambda s, t: softmax_stable(s / t),
-    cases=_temperature_cases,
-    hint=["Follow the temperature through the three lines. What becomes of a number that multiplies every "
-          "weight of a row, once the row is divided by its own sum?",
-          "Softmax turns the differences between scores into the differences between weights. Where must a "
-          "temperature act so that it can widen or narrow those differences?"],
-    solution=_solution_weights_at_temperature,
-    buggy=buggy_weights_at_temperature,
-    bug_message="your weights do not depend on the temperature at all: dividing every weight of a row by the "
-                "same number, then by the row's sum, cancels it. The temperature must act on the scores, before "
-                "the exponential, so that it changes the gaps between them.",
-    mistakes=[
-        Mistake(lambda s, t: torch.softmax(s * t, dim=-1),
-                "you multiplied the scores by the temperature. A small temperature must sharpen the weights: "
-                "divide the scores by it."),
-        Mistake(lambda s, t: torch.softmax(s, dim=-1) / t,
-                "your rows sum to 1 / temperature, not to 1, and dividing weights by a number cannot make them "
-                "sharper or flatter: the temperature must act on the scores, before the softmax."),
-        Mistake(_exp_without_shift,
-                "you exponentiate scores / temperature without subtracting the row's maximum: a small "
-                "temperature makes the scores larger still, and exp overflows to inf (then inf / inf = nan)."),
-        Mistake(lambda s, t: torch.softmax(s / t, dim=0),
-                "your softmax normalises over the first dimension. Each row (the last dimension) must sum to 1."),
+                "their spread grows with d_k."),
+        Mistake(lambda q, k, v: _solution_attention(q, k, v)[0],
+                "you returned only the context vectors. Return the pair (context_vecs, attn_weights)."),
+        Mistake(lambda q, k, v: tuple(reversed(_solution_attention(q, k, v))),
+                "you returned the weights first. Return (context_vecs, attn_weights), in that order."),
     ],
 )
