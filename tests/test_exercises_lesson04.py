@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
-
 import pytest
 import torch
 
@@ -15,49 +13,7 @@ def placeholder(*args, **kwargs):
     raise NotImplementedError
 
 
-# --- 1. causal mask from positions ----------------------------------------------------------------------
-@pytest.mark.parametrize("answer", [
-    lambda n: torch.arange(n)[None, :] > torch.arange(n)[:, None],
-    lambda n: torch.arange(n).unsqueeze(0) > torch.arange(n).unsqueeze(1),
-    lambda n: torch.arange(n)[:, None] < torch.arange(n),
-    lambda n: (torch.arange(n).view(1, -1) - torch.arange(n).view(-1, 1)) > 0,
-])
-def test_causal_mask_accepts_every_comparison_of_positions(answer):
-    assert lesson04.causal_mask.check(answer), lesson04.causal_mask.check(answer).message
-
-
-@pytest.mark.parametrize("answer, words", [
-    (lambda n: torch.triu(torch.ones(n, n, dtype=torch.bool), diagonal=1), "torch.triu"),
-    (lambda n: ~torch.tril(torch.ones(n, n, dtype=torch.bool)), "torch.tril"),
-    (lambda n: torch.ones(n, n, dtype=torch.bool).triu(1), "torch.Tensor.triu"),
-    (lambda n: helpers.causal_mask(n), "causal_mask"),
-])
-def test_causal_mask_rejects_triangles_by_name(answer, words):
-    feedback = lesson04.causal_mask.check(answer)
-    assert not feedback and words in feedback.message and "values are right" in feedback.message
-
-
-def test_causal_mask_rejects_a_loop_even_when_right():
-    def with_loop(n):
-        mask = torch.zeros(n, n, dtype=torch.bool)
-        for i in range(n):
-            mask[i, i + 1:] = True
-        return mask
-    feedback = lesson04.causal_mask.check(with_loop)
-    assert not feedback and "loop" in feedback.message
-
-
-def test_causal_mask_float_answer_is_told_its_dtype():
-    feedback = lesson04.causal_mask.check(lambda n: (torch.arange(n)[None, :] > torch.arange(n)[:, None]).float())
-    assert not feedback and "dtype torch.float32" in feedback.message
-
-
-def test_causal_mask_swapped_axes_are_named():
-    feedback = lesson04.causal_mask.check(lambda n: torch.arange(n)[:, None] > torch.arange(n)[None, :])
-    assert "swapped" in feedback.message
-
-
-# --- 2. who influences whom: causality from the outputs alone -----------------------------------------------
+# --- 1. who influences whom: causality from the outputs alone -----------------------------------------------
 def _by_perturbation(attention, inputs, compare="exact", disturb=lambda token: token * 2.0 + 1.0):
     num_tokens = inputs.shape[1]
     before = attention(inputs)
@@ -127,39 +83,95 @@ def test_influence_rejects_plausible_wrong_answers(wrong, words):
     assert not feedback and words in feedback.message, feedback.message
 
 
-# --- 3. spot the bug: a score of 0 is not hidden -----------------------------------------------------------
-def test_hidden_yet_weighted_is_a_spot_the_bug_and_its_bug_is_named():
-    exercise = lesson04.hidden_yet_weighted
+# --- 2. spot the bug: causal on paper (softmax over axis 1) ----------------------------------------------------
+def _attention(normalise):
+    """A learner's fix whose weights come from ``normalise(masked, scaled scores)``."""
+    def attention(queries, keys, values):
+        num_tokens = queries.shape[-2]
+        attn_scores = (queries @ keys.transpose(-2, -1)) / queries.shape[-1] ** 0.5
+        attn_scores = attn_scores.masked_fill(helpers.causal_mask(num_tokens), float("-inf"))
+        attn_weights = normalise(attn_scores)
+        return attn_weights @ values, attn_weights
+    return attention
+
+
+def _softmax_by_hand(scores, shift=True):
+    if shift:
+        scores = scores - scores.amax(dim=-1, keepdim=True)
+    exps = scores.exp()
+    return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def test_axis_leak_is_a_spot_the_bug_whose_bug_is_named_on_the_first_batch():
+    exercise = lesson04.axis_leak
     assert isinstance(exercise, SpotTheBug)
     feedback = exercise.check(exercise.buggy)
-    assert not feedback and "exp(0) = 1" in feedback.message
+    assert not feedback and "axis 1" in feedback.message and "a batch of 2 sentences" in feedback.message
 
 
-def test_hidden_yet_weighted_buggy_code_builds_its_mask_where_the_scores_are():
-    source = inspect.getsource(lesson04.hidden_yet_weighted.buggy)
-    assert "device=scaled_scores.device" in source
-    scores = torch.randn(4, 4, device="meta")
-    assert lesson04.hidden_yet_weighted.buggy(scores).device.type == "meta"   # no CPU-only tensor inside
+def test_axis_leak_bug_passes_the_lessons_check_and_is_right_on_one_sentence():
+    """The premise of the task: no weight above the diagonal, right for one sentence, not causal on a batch."""
+    generator = torch.Generator().manual_seed(0)
+    queries, keys, values = (torch.randn(2, 5, 4, generator=generator) for _ in range(3))
+    _, weights = lesson04.axis_leak.buggy(queries, keys, values)
+    assert not (weights * helpers.causal_mask(5)).any()                                 # check_no_future passes
+    torch.testing.assert_close(lesson04.axis_leak.buggy(queries[0], keys[0], values[0])[0],
+                               lesson04.axis_leak.reference(queries[0], keys[0], values[0])[0])
+    changed = [t.clone() for t in (queries, keys, values)]
+    for t in changed:
+        t[:, -1] += 1.0                                                                     # change the last token
+    before, after = lesson04.axis_leak.buggy(queries, keys, values)[0], lesson04.axis_leak.buggy(*changed)[0]
+    assert not torch.allclose(before[:, 0], after[:, 0])                                    # output 0 moved
 
 
 @pytest.mark.parametrize("answer", [
-    lesson04.hidden_yet_weighted._solution,
-    lambda s: torch.softmax(s.masked_fill(helpers.causal_mask(s.shape[-1]), -1e9), dim=-1),
-    lambda s: helpers.mask_by_renormalising(torch.softmax(s, dim=-1)),
+    lesson04.axis_leak._solution,
+    _attention(lambda s: torch.softmax(s, dim=-1)),
+    _attention(lambda s: s.softmax(s.dim() - 1)),
+    _attention(lambda s: torch.nn.functional.softmax(s, dim=-1)),
+    _attention(_softmax_by_hand),
+    lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v, mask=helpers.causal_mask(q.shape[-2])),
 ])
-def test_hidden_yet_weighted_accepts_every_right_fix(answer):
-    feedback = lesson04.hidden_yet_weighted.check(answer)
+def test_axis_leak_accepts_every_right_fix(answer):
+    feedback = lesson04.axis_leak.check(answer)
     assert feedback, feedback.message
 
 
-def test_hidden_yet_weighted_says_its_scores_are_already_scaled():
-    exercise = lesson04.hidden_yet_weighted
-    assert "already divided by sqrt(d_k)" in exercise.task
-    assert "scaled_scores" in inspect.getsource(exercise.buggy)
-    scaled_again = lambda s: torch.softmax(   # noqa: E731 - a learner who "fixes" the scaling too
-        s.masked_fill(helpers.causal_mask(s.shape[-1]), float("-inf")) / s.shape[-1] ** 0.5, dim=-1)
-    feedback = exercise.check(scaled_again)
-    assert not feedback and "already divided by sqrt(d_k)" in feedback.message, feedback.message
+@pytest.mark.parametrize("wrong, words", [
+    (_attention(lambda s: torch.softmax(s, dim=-2)), "queries' axis"),
+    (_attention(lambda s: torch.softmax(s, dim=1) / torch.softmax(s, dim=1).sum(-1, keepdim=True)),
+     "Renormalising"),
+    (_attention(lambda s: torch.softmax(s, dim=2)), "IndexError"),            # right for a batch, not one sentence
+    (_attention(lambda s: torch.softmax(s, dim=s.dim() - 1 if s.dim() < 4 else 2)), "queries' axis"),  # heads
+    (_attention(lambda s: _softmax_by_hand(s, shift=False)), "nan"),          # overflows on the large scores
+    (_attention(lambda s: torch.softmax(s.nan_to_num(neginf=0.0), dim=-1)), "values are not"),  # future back in
+    (lambda q, k, v: _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)[0], "value(s), expected 2"),
+    (lambda q, k, v: tuple(t.double() for t in _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)), None),
+])
+def test_axis_leak_rejects_plausible_wrong_fixes(wrong, words):
+    feedback = lesson04.axis_leak.check(wrong)
+    if words is None:      # float64 answers are accepted: the values are what counts
+        assert feedback, feedback.message
+        return
+    assert not feedback and words in feedback.message, feedback.message
+
+
+def test_axis_leak_checks_large_very_negative_and_single_token_inputs():
+    cases = lesson04.axis_leak.cases(torch.Generator().manual_seed(0))
+    scores = [c.args[0] @ c.args[1].transpose(-2, -1) / c.args[0].shape[-1] ** 0.5 for c in cases]
+    assert max(float(s.max()) for s in scores) > 100                      # exp overflows in float32 above 88
+    assert any(float(s.max()) < -100 for s in scores)                     # every exp underflows to 0
+    assert any(c.args[0].shape[-2] == 1 for c in cases) and any(c.args[0].dim() == 4 for c in cases)
+    assert any(c.args[2].shape[-1] != c.args[0].shape[-1] for c in cases)  # d_v != d_k
+
+
+@pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
+def test_axis_leak_explains_answers_with_infinities_or_nan(spoil):
+    def spoiled(q, k, v):
+        context_vecs, weights = lesson04.axis_leak._solution(q, k, v)
+        return context_vecs, weights.masked_fill(~helpers.causal_mask(q.shape[-2]), spoil)
+    feedback = lesson04.axis_leak.check(spoiled)
+    assert feedback.status == "wrong" and "output 2" in feedback.message, feedback.message
 
 
 # --- what every lesson-04 exercise promises -------------------------------------------------------------
@@ -174,7 +186,7 @@ def test_placeholder_is_not_done_and_hides_the_hint(name):
 def test_hints_do_not_give_the_answer(name):
     for hint in getattr(lesson04, name)._hints:
         for answer in ("diagonal=1", "triu(", "tril(", "-inf", "float('-inf')", "> positions", "[None, :] >",
-                       "clone()", "+= ", "[:, j]", "jacobian"):
+                       "clone()", "+= ", "[:, j]", "jacobian", "dim=-1", "dim=2", "softmax(", "over the keys"):
             assert answer not in hint, f"{name}: hint gives away {answer!r}"
 
 

@@ -7,9 +7,6 @@ import re
 
 import pytest
 import torch
-import torch.nn.functional as F
-
-import helpers
 from helpers.exercises import lesson05
 from helpers.masks import causal_mask
 
@@ -47,6 +44,42 @@ def test_wrong_spread_predictions_are_named(wrong, expected_words):
     assert feedback.status == "wrong" and expected_words in feedback.message, feedback.message
 
 
+def _assumes_causal(w, v, p):
+    """Right on causal weights only: row i is taken to hold i + 1 non-zero weights."""
+    rows = torch.arange(1, w.shape[-2] + 1)
+    return torch.full_like(w[..., 0], p) ** rows, _variance(w, v, p)
+
+
+def _variance_of_the_lower_triangle(w, v, p):
+    """Right on causal weights only: the weights above the diagonal are ignored."""
+    return _prob(w, p), p / (1 - p) * w.tril().pow(2) @ v.pow(2)
+
+
+@pytest.mark.parametrize("wrong, expected_words", [
+    (_assumes_causal, "as in a causal row"),
+    (_variance_of_the_lower_triangle, "4x4 weights with no zeros (not causal)"),
+])
+def test_answers_that_only_hold_for_causal_weights_fail(wrong, expected_words):
+    feedback = lesson05.dropout_spread.check(wrong)
+    assert feedback.status == "wrong" and expected_words in feedback.message, feedback.message
+
+
+def test_spread_cases_are_irregular():
+    cases = lesson05.dropout_spread.cases(torch.Generator().manual_seed(0))
+    not_causal = [c for c in cases if c.args[0].shape[-1] != c.args[0].shape[-2]
+                  or (c.args[0] * causal_mask(c.args[0].shape[-1])).any()]
+    assert any(c.args[2] > 0 for c in not_causal), "a case with weights that are not causal, at p > 0"
+    assert any(c.args[0].shape[-1] != c.args[0].shape[-2] for c in cases), "T_q != T_k"
+    assert any((c.args[0].sum(-1) == 0).any() for c in cases), "a row with no weight at all"
+    assert len({c.args[2] for c in cases}) >= 4
+
+
+@pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
+def test_spread_answers_with_infinities_or_nan_are_explained(spoil):
+    feedback = lesson05.dropout_spread.check(lambda w, v, p: (_prob(w, p), _variance(w, v, p) * 0 + spoil))
+    assert feedback.status == "wrong" and "output 2" in feedback.message, feedback.message
+
+
 def test_a_simulation_is_not_an_exact_answer():
     def simulated(w, v, p):
         draws = torch.stack([w * (torch.rand_like(w) >= p) / (1 - p) for _ in range(500)])  # (N, ..., T, T)
@@ -66,110 +99,7 @@ def test_right_spread_predictions_pass(right):
     assert feedback.passed, feedback.message
 
 
-# --- 2. causal attention with dropout ----------------------------------------------------------------------------
-def attention_with(dropout, scale=True, mask_first=True):
-    """A learner's causal attention whose dropout step is ``dropout(attn_weights, p)``."""
-    def learner(queries, keys, values, p, training=True):
-        attn_scores = queries @ keys.transpose(-2, -1)
-        if scale:
-            attn_scores = attn_scores / keys.shape[-1] ** 0.5
-        attn_scores = attn_scores.masked_fill(causal_mask(attn_scores.shape[-1]), float("-inf"))
-        attn_weights = torch.softmax(attn_scores, dim=-1)
-        if training:
-            attn_weights = dropout(attn_weights, p)
-        return attn_weights @ values, attn_weights
-    return learner
-
-
-def keep_mask(w, p):
-    return torch.rand_like(w) >= p
-
-
-def _context_from_undropped(queries, keys, values, p, training=True):
-    _, clean = attention_with(lambda w, p: w)(queries, keys, values, p)
-    dropped = clean * keep_mask(clean, p) / (1 - p) if training else clean
-    return clean @ values, dropped
-
-
-def _dropout_on_the_scores(queries, keys, values, p, training=True):
-    attn_scores = queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5
-    if training:
-        attn_scores = attn_scores * keep_mask(attn_scores, p) / (1 - p)
-    attn_scores = attn_scores.masked_fill(causal_mask(attn_scores.shape[-1]), float("-inf"))
-    attn_weights = torch.softmax(attn_scores, dim=-1)
-    return attn_weights @ values, attn_weights
-
-
-@pytest.mark.parametrize("wrong, expected_words", [
-    (attention_with(lambda w, p: w * keep_mask(w, p)), "unchanged"),
-    (attention_with(lambda w, p: w * keep_mask(w, p) * (1 - p)), "yours are about a x 0.500"),
-    (attention_with(lambda w, p: w * (torch.rand_like(w) < p) / (1 - p) if p > 0 else w), "DROPPED, not kept"),
-    (attention_with(lambda w, p: w * (torch.rand(w.shape, generator=torch.Generator().manual_seed(1)) >= p)
-                    / (1 - p)), "exactly the same weights"),
-    (attention_with(lambda w, p: w * (torch.rand_like(w) >= p / 2) / (1 - p)), "should be close to"),
-    (attention_with(lambda w, p: torch.where(keep_mask(w, p), w / (1 - p), w)), "a x"),
-    (attention_with(lambda w, p: w * (torch.rand(w.shape[-1]) >= p) / (1 - p)), "one coin flip per key"),
-    (attention_with(lambda w, p: w * (torch.rand(*w.shape[:-1], 1) >= p) / (1 - p)), "one coin flip per query"),
-    (attention_with(lambda w, p: w * (torch.rand(w.shape[-2:]) >= p) / (1 - p)), "every sequence of the batch"),
-    (attention_with(lambda w, p: w * keep_mask(w, p) / (1 - p), scale=False), "sqrt(d_k)"),
-    (_context_from_undropped, "weights before dropout"),
-    (_dropout_on_the_scores, "before the softmax"),
-    (attention_with(lambda w, p: w * keep_mask(w, p) / (1 - p) + torch.triu(torch.ones_like(w), 1) * 0.01),
-     "above the diagonal"),
-    (lambda q, k, v, p, training=True: list(attention_with(lambda w, p: w)(q, k, v, p)), "as a tuple"),
-])
-def test_wrong_attention_with_dropout_is_named(wrong, expected_words):
-    feedback = lesson05.dropout_attention.check(wrong)
-    assert feedback.status == "wrong" and expected_words in feedback.message, feedback.message
-
-
-@pytest.mark.parametrize("call", [
-    lambda w, p: F.dropout(w, p),
-    lambda w, p: torch.nn.Dropout(p)(w),
-    lambda w, p: torch.dropout(w, p, True),
-])
-def test_calling_pytorchs_dropout_is_refused_by_name(call):
-    feedback = lesson05.dropout_attention.check(attention_with(call))
-    assert feedback.status == "wrong"
-    assert "the values are right" in feedback.message and "not to call" in feedback.message
-
-
-def test_the_course_helper_with_dropout_is_refused_too():
-    def via_helpers(queries, keys, values, p, training=True):
-        return helpers.scaled_dot_product_attention(queries, keys, values, mask=causal_mask(queries.shape[-2]),
-                                                    dropout_p=p, training=training)
-    assert "not to call" in lesson05.dropout_attention.check(via_helpers).message
-
-
-@pytest.mark.parametrize("right", [
-    attention_with(lambda w, p: w * keep_mask(w, p) / (1 - p)),
-    attention_with(lambda w, p: w * torch.bernoulli(torch.full_like(w, 1 - p)) / (1 - p)),
-    attention_with(lambda w, p: torch.where(torch.rand(w.shape) < p, torch.zeros_like(w), w / (1 - p))),
-    attention_with(lambda w, p: w.clone().mul_(keep_mask(w, p)).div_(1 - p)),
-    lesson05.dropout_attention._solution,
-])
-def test_right_attention_with_dropout_in_any_reasonable_form_passes(right):
-    feedback = lesson05.dropout_attention.check(right)
-    assert feedback.passed, feedback.message
-
-
-def test_attention_that_ignores_training_false_is_named():
-    always = attention_with(lambda w, p: w * keep_mask(w, p) / (1 - p))
-    feedback = lesson05.dropout_attention.check(lambda q, k, v, p, training=True: always(q, k, v, p))
-    assert feedback.status == "wrong" and "training=False" in feedback.message, feedback.message
-    feedback = lesson05.dropout_attention.check(lambda q, k, v, p: always(q, k, v, p))
-    assert feedback.status == "wrong" and "training" in feedback.message, feedback.message
-
-
-def test_checking_dropout_does_not_move_the_learners_random_stream():
-    torch.manual_seed(5)
-    expected_next = torch.rand(3)
-    torch.manual_seed(5)
-    lesson05.dropout_attention.check(lesson05.dropout_attention._solution)
-    assert torch.equal(torch.rand(3), expected_next)
-
-
-# --- 3. spot the bug: an attention map that flickers ----------------------------------------------------------
+# --- 2. spot the bug: an attention map that flickers ----------------------------------------------------------
 def _eval_weights(model, batch):
     was_training = model.training
     model.eval()
@@ -221,6 +151,42 @@ def test_right_attention_maps_pass(right):
     assert feedback.passed, feedback.message
 
 
+def _reseeds_then_evaluates(model, batch):
+    torch.manual_seed(0)                          # "so that the picture is always the same"
+    return _eval_weights(model, batch)
+
+
+def _restores_state_by_hand_but_draws(model, batch):
+    weights = _eval_weights(model, batch)
+    torch.rand(1)                                 # any draw moves the stream too
+    return weights
+
+
+def _sets_the_state(model, batch):
+    torch.set_rng_state(torch.manual_seed(7).get_state())
+    return _eval_weights(model, batch)
+
+
+@pytest.mark.parametrize("wrong", [_reseeds_then_evaluates, _restores_state_by_hand_but_draws, _sets_the_state])
+def test_a_fix_that_moves_the_global_random_stream_is_refused(wrong):
+    feedback = lesson05.attention_map.check(wrong)
+    assert feedback.status == "wrong" and "the values are right" in feedback.message
+    assert "global random stream" in feedback.message, feedback.message
+
+
+def test_the_map_task_states_every_rule_its_checker_enforces():
+    task = lesson05.attention_map.task
+    assert "as you found it" in task and "do not reseed" in task and "draw from it" in task
+
+
+def test_a_fix_that_forks_the_stream_itself_passes():
+    def forked(model, batch):
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return _eval_weights(model, batch)
+    assert lesson05.attention_map.check(forked).passed
+
+
 def test_checking_the_map_does_not_move_the_learners_random_stream():
     torch.manual_seed(5)
     expected_next = torch.rand(3)
@@ -230,7 +196,7 @@ def test_checking_the_map_does_not_move_the_learners_random_stream():
 
 
 def test_hints_are_nudges_not_answers():
-    for exercise in (lesson05.dropout_spread, lesson05.dropout_attention, lesson05.attention_map):
+    for exercise in (lesson05.dropout_spread, lesson05.attention_map):
         for hint in exercise._hints:
             for answer in ("/ (1 - p)", "/(1 - p)", "/(1-p)", "rand_like(attn_weights) >= p", "p **", "p^",
                            ".eval()", "train(was_training)", "model.training", "p / (1 - p)", "**2 @",

@@ -1,80 +1,26 @@
 """Exercises for notebook 04: causal attention.
 
-1. ``causal_mask``: build the mask from token positions (no ``triu``/``tril``, no loop): think in indices.
-2. ``influence``: a causality check that needs no weights: which outputs change when one token changes?
-3. ``hidden_yet_weighted`` (spot the bug): masked causal weights that still put weight on the future.
+1. ``influence``: a causality check that needs no weights: which outputs change when one token changes?
+2. ``axis_leak`` (spot the bug): causal attention written for one sentence, then fed batches. The softmax runs
+   over axis 1, the keys of a ``(T, T)`` table but the queries of a ``(B, T, T)`` one: no weight lies above the
+   diagonal, yet early outputs depend on later tokens through the normaliser. A bug the lesson does not show,
+   which its ``check_no_future`` misses and exercise 1's test catches.
 """
 
 from __future__ import annotations
 
 import torch
 
+from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask as _causal_mask
 from ..modules import CausalAttention
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["causal_mask", "influence", "hidden_yet_weighted"]
+__all__ = ["influence", "axis_leak"]
 
 
-# --- 1. the mask from positions ------------------------------------------------------------------------
-def _size_cases(g: torch.Generator) -> list[Case]:
-    return [Case(f"num_tokens={n}", (n,)) for n in (4, 1, 6)]
-
-
-def _solution_causal_mask(num_tokens):
-    positions = torch.arange(num_tokens)              # (T,): 0, 1, ..., T-1
-    return positions[None, :] > positions[:, None]    # (1, T) > (T, 1) -> (T, T): key j comes after query i
-
-
-def _hides_the_past(num_tokens):
-    positions = torch.arange(num_tokens)
-    return positions[:, None] > positions[None, :]
-
-
-def _hides_itself_too(num_tokens):
-    positions = torch.arange(num_tokens)
-    return positions[None, :] >= positions[:, None]
-
-
-def _marks_what_is_seen(num_tokens):
-    positions = torch.arange(num_tokens)
-    return positions[None, :] <= positions[:, None]
-
-
-causal_mask = FunctionExercise(
-    "Causal mask from positions",
-    "write causal_mask(num_tokens) returning a bool tensor (num_tokens, num_tokens) that is True where query i "
-    "must not see key j, built from the token positions: without torch.triu or torch.tril and without a "
-    "Python loop.",
-    reference=_causal_mask,
-    cases=_size_cases,
-    hint=["Row i is a query, column j a key, both numbered from 0. Say in words when key j is in the future of "
-          "query i, then write that as a comparison of two numbers.",
-          "torch.arange numbers the positions. A column of positions compared with a row of positions "
-          "broadcasts to one answer per (query, key) pair: which one is the row, which one the column?"],
-    solution=_solution_causal_mask,
-    mistakes=[
-        Mistake(_hides_the_past,
-                "your mask hides the keys BEFORE each query (the past) and shows the future: the comparison "
-                "is the right one, but rows and columns are swapped. Rows are queries, columns are keys."),
-        Mistake(_hides_itself_too,
-                "your mask also hides the diagonal, so a token cannot attend to itself, and query 0 sees "
-                "nothing at all (a row of -inf becomes nan after the softmax). Hide only the keys strictly "
-                "after the query."),
-        Mistake(_marks_what_is_seen,
-                "your mask is True for the keys a query may SEE. In this course True means hide: you need the "
-                "opposite."),
-    ],
-    rules=[no_loops(),
-           forbids("torch.triu", "torch.tril", "torch.Tensor.triu", "torch.Tensor.tril", "helpers.causal_mask",
-                   "helpers.masks.causal_mask",
-                   why="This exercise is about building it from the positions."),
-           ],
-)
-
-
-# --- 2. who influences whom: a causality check that needs only the outputs ----------------------------------
+# --- 1. who influences whom: a causality check that needs only the outputs ----------------------------------
 class _Attention:
     """A layer to examine: ``attention(inputs)`` maps ``(B, T, d_in)`` to ``(B, T, d_out)``.
 
@@ -124,7 +70,7 @@ def _influence_cases(g: torch.Generator) -> list[Case]:
         *weights(), hide=lambda n: _causal_mask(n) & ~torch.eye(n, dtype=torch.bool)[-1])  # the last column open
     cases = [
         ("helpers.CausalAttention", module, lambda n: _sees(n), randn(g, 2, 5, 4)),
-        ("the layer with the bug of section 4 (masked copy dropped)", _masked_attention(*weights(), hide=None),
+        ("the layer with the bug of section 5 (masked copy dropped)", _masked_attention(*weights(), hide=None),
          lambda n: torch.ones(n, n, dtype=torch.bool), randn(g, 2, 4, 4)),
         ("a layer whose mask is one token off (each query sees one key ahead)",
          _masked_attention(*weights(), hide=lambda n: torch.ones(n, n, dtype=torch.bool).triu(2)),
@@ -197,68 +143,146 @@ influence = FunctionExercise(
 )
 
 
-# --- 3. spot the bug: hiding with a zero -------------------------------------------------------------------
-def _score_cases(g: torch.Generator) -> list[Case]:
+# --- not offered in notebook 04 any more (it went from three exercises to two); tests/test_exercises.py still uses it
+# as its example of a wrong dtype, so it stays importable as lesson04.causal_mask, outside __all__. -------------
+def _size_cases(g: torch.Generator) -> list[Case]:
+    return [Case(f"num_tokens={n}", (n,)) for n in (4, 1, 6)]
+
+
+def _solution_causal_mask(num_tokens):
+    positions = torch.arange(num_tokens)              # (T,): 0, 1, ..., T-1
+    return positions[None, :] > positions[:, None]    # (1, T) > (T, 1) -> (T, T): key j comes after query i
+
+
+def _hides_the_past(num_tokens):
+    positions = torch.arange(num_tokens)
+    return positions[:, None] > positions[None, :]
+
+
+def _hides_itself_too(num_tokens):
+    positions = torch.arange(num_tokens)
+    return positions[None, :] >= positions[:, None]
+
+
+def _marks_what_is_seen(num_tokens):
+    positions = torch.arange(num_tokens)
+    return positions[None, :] <= positions[:, None]
+
+
+causal_mask = FunctionExercise(
+    "Causal mask from positions",
+    "write causal_mask(num_tokens) returning a bool tensor (num_tokens, num_tokens) that is True where query i "
+    "must not see key j, built from the token positions: without torch.triu or torch.tril and without a "
+    "Python loop.",
+    reference=_causal_mask,
+    cases=_size_cases,
+    hint=["Row i is a query, column j a key, both numbered from 0. Say in words when key j is in the future of "
+          "query i, then write that as a comparison of two numbers.",
+          "torch.arange numbers the positions. A column of positions compared with a row of positions "
+          "broadcasts to one answer per (query, key) pair: which one is the row, which one the column?"],
+    solution=_solution_causal_mask,
+    mistakes=[
+        Mistake(_hides_the_past,
+                "your mask hides the keys BEFORE each query (the past) and shows the future: the comparison "
+                "is the right one, but rows and columns are swapped. Rows are queries, columns are keys."),
+        Mistake(_hides_itself_too,
+                "your mask also hides the diagonal, so a token cannot attend to itself, and query 0 sees "
+                "nothing at all (a row of -inf becomes nan after the softmax). Hide only the keys strictly "
+                "after the query."),
+        Mistake(_marks_what_is_seen,
+                "your mask is True for the keys a query may SEE. In this course True means hide: you need the "
+                "opposite."),
+    ],
+    rules=[no_loops(),
+           forbids("torch.triu", "torch.tril", "torch.Tensor.triu", "torch.Tensor.tril", "helpers.causal_mask",
+                   "helpers.masks.causal_mask",
+                   why="This exercise is about building it from the positions."),
+           ],
+)
+
+
+# --- 2. spot the bug: the softmax over axis 1 ---------------------------------------------------------------
+def _qkv_cases(g: torch.Generator) -> list[Case]:
+    def qkv(*lead, num_tokens, d_k=4, d_v=3, scale=1.0):
+        return (randn(g, *lead, num_tokens, d_k, scale=scale), randn(g, *lead, num_tokens, d_k, scale=scale),
+                randn(g, *lead, num_tokens, d_v))
+
+    very_negative = qkv(2, num_tokens=4, d_k=2)
+    very_negative = (very_negative[0].abs() * 40.0, -very_negative[1].abs() * 40.0, very_negative[2])  # scores << 0
     return [
-        Case("scaled scores of 6 tokens", (randn(g, 6, 6),)),
-        Case("a batch of 2 sequences of 4 tokens", (randn(g, 2, 4, 4, scale=2.0),)),
-        Case("a single token", (randn(g, 1, 1),)),
+        Case("one sentence of 6 tokens (num_tokens, d_k) = (6, 4), d_v = 3", qkv(num_tokens=6)),
+        Case("a batch of 2 sentences of 5 tokens, d_k = 4, d_v = 3", qkv(2, num_tokens=5)),
+        Case("a batch of 3 sentences, 2 heads each, (3, 2, 6, 8), d_v = 5", qkv(3, 2, num_tokens=6, d_k=8, d_v=5)),
+        Case("a batch of 2 sentences of 4 tokens with large scores (some above 100)",
+             qkv(2, num_tokens=4, d_k=4, scale=12.0)),
+        Case("a batch of 2 sentences of 4 tokens whose scores are all very negative (below -100)", very_negative),
+        Case("a batch of 4 single-token sentences", qkv(4, num_tokens=1, d_k=3, d_v=2)),
     ]
 
 
-def _reference_causal_weights(scaled_scores):
-    hidden = _causal_mask(scaled_scores.shape[-1], device=scaled_scores.device)
-    return torch.softmax(scaled_scores.masked_fill(hidden, float("-inf")), dim=-1)
+def _reference_causal_attention(queries, keys, values):
+    hide = _causal_mask(queries.shape[-2], device=queries.device)
+    return scaled_dot_product_attention(queries, keys, values, mask=hide)
 
 
-def buggy_causal_weights(scaled_scores):
-    # scaled_scores: S / sqrt(d_k), already scaled; shape (..., num_tokens, num_tokens)
-    num_tokens = scaled_scores.shape[-1]
-    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=scaled_scores.device)
-    future = torch.triu(ones, diagonal=1)
-    scaled_scores = scaled_scores.masked_fill(future, 0.0)   # hide the future
-    return torch.softmax(scaled_scores, dim=-1)
+def buggy_causal_attention(queries, keys, values):
+    # Written for one sentence: queries, keys (num_tokens, d_k), values (num_tokens, d_v). Now fed batches too.
+    num_tokens, d_k = queries.shape[-2], queries.shape[-1]
+    future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
+    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))
+    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=1)
+    return attn_weights @ values, attn_weights
 
 
-def _solution_causal_weights(scaled_scores):
-    num_tokens = scaled_scores.shape[-1]
-    ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=scaled_scores.device)
-    future = torch.triu(ones, diagonal=1)
-    scaled_scores = scaled_scores.masked_fill(future, float("-inf"))   # exp(-inf) = 0: no weight on the future
-    return torch.softmax(scaled_scores, dim=-1)
+def _solution_causal_attention(queries, keys, values):
+    # queries, keys: (..., num_tokens, d_k); values: (..., num_tokens, d_v), with any number of leading axes
+    num_tokens, d_k = queries.shape[-2], queries.shape[-1]
+    future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
+    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))   # (..., T, T)
+    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)   # the last axis is the keys', whatever comes before
+    return attn_weights @ values, attn_weights
 
 
-def _scaled_twice(scaled_scores):
-    """A plausible over-fix: mask right, then divide by a square root once more."""
-    hidden = _causal_mask(scaled_scores.shape[-1], device=scaled_scores.device)
-    masked = scaled_scores.masked_fill(hidden, float("-inf"))
-    return torch.softmax(masked / scaled_scores.shape[-1] ** 0.5, dim=-1)
+def _with_softmax_over(axis, renormalise=False):
+    """The same attention with the softmax over ``axis`` (and optionally each row divided by its sum afterwards)."""
+    def attention(queries, keys, values):
+        num_tokens, d_k = queries.shape[-2], queries.shape[-1]
+        future = _causal_mask(num_tokens, device=queries.device)
+        attn_weights = torch.softmax((queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))
+                                     / d_k**0.5, dim=axis)
+        if renormalise:
+            attn_weights = attn_weights / attn_weights.sum(dim=-1, keepdim=True)
+        return attn_weights @ values, attn_weights
+    return attention
 
 
-hidden_yet_weighted = SpotTheBug(
-    "Spot the bug: hidden, yet weighted",
-    "causal_weights(scaled_scores) should return causal attention weights for scores that are already divided "
-    "by sqrt(d_k), shape (..., num_tokens, num_tokens). It runs, every row sums to 1, and yet the keys in each "
-    "query's future still get weight. Find the bug and write the fixed function.",
-    reference=_reference_causal_weights,
-    cases=_score_cases,
-    hint=["Take query 0 of a 3-token sentence with scores [1, 2, 3]. Work out its weights by hand, as this "
-          "code computes them.",
-          "What does the softmax turn the value written into the hidden cells into, and what should a hidden "
-          "key receive?"],
-    solution=_solution_causal_weights,
-    buggy=buggy_causal_weights,
-    bug_message="the hidden scores are set to 0, and the softmax turns a score of 0 into exp(0) = 1 before "
-                "normalising: the future keys still get weight. A hidden score must give exactly 0 after the "
-                "softmax.",
+axis_leak = SpotTheBug(
+    "Spot the bug: causal on paper",
+    "causal_attention(queries, keys, values) returns (context_vecs, attn_weights). It was written and checked for "
+    "one sentence, (num_tokens, d_k). Fed a batch, (batch_size, num_tokens, d_k), it runs, check_no_future finds "
+    "no weight above the diagonal, and yet output 0 of a sentence changes when its last token changes. Find the bug "
+    "and write the fixed function: it must work for one sentence, a batch, and a batch of heads "
+    "(batch_size, num_heads, num_tokens, d_k); d_v may differ from d_k.",
+    reference=_reference_causal_attention,
+    cases=_qkv_cases,
+    hint=["Run the buggy function on one sentence and on a batch that holds that sentence twice: compare the "
+          "sentence's weights in the two results, and add up each row.",
+          "What does axis 1 count in a (num_tokens, num_tokens) table of scores, and what in a "
+          "(batch_size, num_tokens, num_tokens) one?",
+          "A weight of query 0 is divided by a sum. Which scores are in that sum here, and which should be?"],
+    solution=_solution_causal_attention,
+    buggy=buggy_causal_attention,
+    bug_message="the softmax runs over axis 1. In one sentence's (T, T) scores that is the keys' axis; in a batch's "
+                "(B, T, T) it is the queries' axis. Each weight is then divided by a sum over the queries of its "
+                "column, later queries included: no weight lies above the diagonal, yet output 0 depends on every "
+                "later token. Normalise each row, over the keys, whatever comes before them.",
     mistakes=[
-        Mistake(lambda s: torch.softmax(s, dim=-1).masked_fill(_causal_mask(s.shape[-1]), 0.0),
-                "now the future weights are 0, but the rows no longer sum to 1: zeroing after the softmax "
-                "needs a renormalisation. Mask the scores before the softmax instead."),
-        Mistake(lambda s: torch.softmax(s, dim=-1),
-                "nothing is masked any more: every query sees the future."),
-        Mistake(_scaled_twice,
-                "the future is hidden now, but the scores arrive already divided by sqrt(d_k): dividing them "
-                "again changes every weight. Fix only the masking."),
+        Mistake(_with_softmax_over(-2),
+                "the softmax runs over the queries' axis (the second to last): each column sums to 1, not each "
+                "row, and early outputs depend on later tokens. Normalise over the keys."),
+        Mistake(_with_softmax_over(1, renormalise=True),
+                "every row sums to 1 now, but each weight was first divided by a sum over the queries of its "
+                "column, later ones included, so output 0 still depends on the last token. Renormalising "
+                "afterwards does not undo that: take the softmax over the keys in the first place."),
     ],
 )

@@ -1,13 +1,11 @@
 """Exercises for notebook 05: dropout on attention weights.
 
 1. How far a context vector strays: the chance that a draw wipes out z_i, and the variance of each entry of z_i
-   (exact values, no simulation). The lesson shows the average and the spread of a row *sum*; this asks for the
-   context vector, where the values come in.
-2. Causal attention with dropout, written yourself for a batch: mask, softmax, dropout, then the values, with a
-   ``training`` switch. Dropout's answers are random, so the check judges an answer by what every draw must show:
-   zeros where a weight was dropped, survivors at exactly ``a / (1 - p)``, about a fraction ``p`` dropped, one coin
-   flip per weight, a new mask on every call, and context vectors made from the weights after dropout.
-3. Spot the bug: an attention map, drawn in the middle of training, that changes from call to call.
+   (exact values, no simulation). The lesson shows the average and the spread of a row *sum* of causal weights;
+   this asks for the context vector, where the values come in, for any weights: causal, full, padded, with rows
+   that see nothing, T_q != T_k.
+2. Spot the bug: an attention map, drawn in the middle of training, that changes from call to call. The fix must
+   leave the model's mode, its dropout and PyTorch's global random stream as it found them (stated in the task).
 """
 
 from __future__ import annotations
@@ -16,13 +14,13 @@ import copy
 
 import torch
 
-from ..attention import scaled_dot_product_attention, softmax_stable
-from ..masks import causal_mask
+from ..attention import softmax_stable
+from ..masks import causal_mask, padding_mask, sliding_window_mask
 from ..modules import CausalAttention
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, Rule, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, Rule, SpotTheBug
 
-__all__ = ["dropout_spread", "dropout_attention", "attention_map"]
+__all__ = ["dropout_spread", "attention_map"]
 
 
 def _causal_weights(attn_scores: torch.Tensor) -> torch.Tensor:
@@ -34,12 +32,18 @@ def _causal_weights(attn_scores: torch.Tensor) -> torch.Tensor:
 def _spread_cases(g: torch.Generator) -> list[Case]:
     causal = _causal_weights(randn(g, 6, 6, scale=2.0))
     values = randn(g, 6, 4)  # negative entries too: a value enters the variance squared
+    # Irregular weights: a full (non-causal) row set, key padding, a query that sees nothing, T_q != T_k.
+    padded = torch.softmax(randn(g, 2, 3, 5).masked_fill(padding_mask([5, 2])[:, None, :], float("-inf")), dim=-1)
+    windowed = torch.softmax(randn(g, 5, 5).masked_fill(sliding_window_mask(5, 2), float("-inf")), dim=-1)
+    windowed[2] = 0.0  # a query that may see nothing gets all-zero weights (fully_masked_rows="zero")
     return [Case("6x6 causal weights, values (6, 4), p=0.5", (causal, values, 0.5)),
-            Case("the same weights and values, p=0.1", (causal.clone(), values.clone(), 0.1)),
-            Case("a batch of 2 x 5x5 causal weights, values (2, 5, 3), p=0.3",
-                 (_causal_weights(randn(g, 2, 5, 5)), randn(g, 2, 5, 3), 0.3)),
-            Case("4x4 weights with no zeros, values (4, 2), p=0.0",
-                 (torch.softmax(randn(g, 4, 4), dim=-1), randn(g, 4, 2), 0.0))]
+            Case("4x4 weights with no zeros (not causal), values (4, 2), p=0.3",
+                 (torch.softmax(randn(g, 4, 4), dim=-1), randn(g, 4, 2), 0.3)),
+            Case("a batch of 2 x (3 queries, 5 keys) weights, keys 2..4 of the second sequence padded (zero), "
+                 "values (2, 5, 3), p=0.1", (padded, randn(g, 2, 5, 3), 0.1)),
+            Case("5x5 weights of a window of 2 keys, row 2 all zeros, values (5, 3), p=0.8",
+                 (windowed, randn(g, 5, 3), 0.8)),
+            Case("the 6x6 causal weights and values, p=0.0", (causal.clone(), values.clone(), 0.0))]
 
 
 def _prob_all_dropped(attn_weights, p, count=None):
@@ -74,17 +78,18 @@ def _with_variance(prob):
 
 dropout_spread = FunctionExercise(
     "How far a context vector strays",
-    "write dropout_spread(attn_weights, values, p) that returns, exactly (no simulation), for every query i: the "
-    "probability that one dropout draw drops every non-zero weight of row i (so z_i is all zeros), shape (..., T); "
-    "and the variance over many draws of each entry of z_i = sum_j a_ij v_j after dropout, shape (..., T, d_v).",
+    "write dropout_spread(attn_weights, values, p) for any weights (..., T_q, T_k), causal or not, and values "
+    "(..., T_k, d_v). Return, exactly (no simulation), for every query i: the probability that one dropout draw "
+    "drops every non-zero weight of row i (so z_i is all zeros), shape (..., T_q); and the variance over many draws "
+    "of each entry of z_i = sum_j a_ij v_j after dropout, shape (..., T_q, d_v).",
     reference=_reference_dropout_spread,
     cases=_spread_cases,
     hint=["Start with one weight. With probability 1 - p it is scaled up by section 4's factor, otherwise it is 0. "
           "Its variance is the mean of its square minus the square of its mean (section 5 gives the mean).",
           "The terms of z_i are independent. What happens to variances when you add independent numbers, and when "
           "you multiply a random number by a constant c?",
-          "For the probability: which weights of a causal row are 0 whatever happens, and how do independent coin "
-          "flips combine?"],
+          "For the probability: which weights of a row are 0 whatever happens, and how do independent coin "
+          "flips combine? A row with no non-zero weight at all is a case of its own: what is z_i then?"],
     solution=_solution_dropout_spread,
     mistakes=[
         Mistake(_with_prob(lambda w, v, p: p * (1 - p) * w.pow(2) @ v.pow(2)),
@@ -104,11 +109,14 @@ dropout_spread = FunctionExercise(
         Mistake(_with_variance(lambda w, p: torch.full_like(w[..., 0], p)),
                 "output 1: z_i is all zeros only if ALL of the row's non-zero weights are dropped, not just one."),
         Mistake(_with_variance(lambda w, p: _prob_all_dropped(w, p, w.shape[-1])),
-                "output 1: you counted every column. The weights above the diagonal are already 0: dropped or "
-                "not, they add nothing. Count only the non-zero weights."),
+                "output 1: you counted every column. A weight that is already 0 (above the diagonal, or a padded "
+                "key) adds nothing, dropped or not. Count only the non-zero weights."),
         Mistake(_with_variance(lambda w, p: _prob_all_dropped(w, 1 - p)),
                 "output 1: that is the probability that every weight SURVIVES. p is the probability of being "
                 "dropped."),
+        Mistake(_with_variance(lambda w, p: _prob_all_dropped(w, p, torch.arange(1, w.shape[-2] + 1))),
+                "output 1: you counted i + 1 weights in row i, as in a causal row. These weights can be any: "
+                "count the non-zero weights each row really has."),
         Mistake(_with_variance(lambda w, p: 1 - _prob_all_dropped(w, 1 - p)),
                 "output 1: that is the probability that at least one weight is dropped; z_i is all zeros only when "
                 "all of them are."),
@@ -116,149 +124,7 @@ dropout_spread = FunctionExercise(
 )
 
 
-# --- 2. causal attention with dropout, written yourself -------------------------------------------------------
-def _attention_cases(g: torch.Generator) -> list[Case]:
-    def qkv(batch_size, num_tokens, d_k, d_v):
-        return (randn(g, batch_size, num_tokens, d_k), randn(g, batch_size, num_tokens, d_k),
-                randn(g, batch_size, num_tokens, d_v))
-
-    # The deterministic cases come first, so a slip in the attention itself is named before any statistics.
-    return [Case("one sequence of 6 tokens, d_k=4, d_v=3, p=0.0", (*qkv(1, 6, 4, 3), 0.0)),
-            Case("a batch of 2 sequences of 6 tokens, p=0.5, training=False", (*qkv(2, 6, 4, 3), 0.5),
-                 {"training": False}),
-            Case("a batch of 4 sequences of 50 tokens, d_k=8, d_v=4, p=0.5", (*qkv(4, 50, 8, 4), 0.5)),
-            Case("one sequence of 100 tokens, d_k=8, d_v=4, p=0.1", (*qkv(1, 100, 8, 4), 0.1))]
-
-
-def _reference_dropout_attention(queries, keys, values, p, training=True):
-    mask = causal_mask(queries.shape[-2])
-    return scaled_dot_product_attention(queries, keys, values, mask=mask, dropout_p=p, training=training)
-
-
-def _solution_dropout_attention(queries, keys, values, p, training=True):
-    # queries, keys: (B, T, d_k); values: (B, T, d_v)
-    num_tokens, d_k = queries.shape[-2], keys.shape[-1]
-    attn_scores = queries @ keys.transpose(-2, -1)                 # (B, T, d_k) @ (B, d_k, T) -> (B, T, T)
-    future = torch.triu(torch.ones(num_tokens, num_tokens, dtype=torch.bool), diagonal=1)
-    attn_scores = attn_scores.masked_fill(future, float("-inf"))   # hide the future before the softmax
-    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)   # (B, T, T), rows sum to 1
-    if training:                                                   # dropout only while training
-        keep = torch.rand_like(attn_weights) >= p                  # one fresh coin flip per weight
-        attn_weights = attn_weights * keep / (1 - p)
-    context_vecs = attn_weights @ values                           # (B, T, T) @ (B, T, d_v) -> (B, T, d_v)
-    return context_vecs, attn_weights
-
-
-def _attention_mistake(weights_of):
-    """A known mistake in the weights (no dropout: it is recognised on the deterministic cases)."""
-    def wrong(queries, keys, values, p, training=True):
-        attn_weights = weights_of(queries, keys)
-        return attn_weights @ values, attn_weights
-    return wrong
-
-
-def _scores(queries, keys):
-    return queries @ keys.transpose(-2, -1)
-
-
-def _masked(attn_scores):
-    return attn_scores.masked_fill(causal_mask(attn_scores.shape[-1]), float("-inf"))
-
-
-def _one_flip_per(dropped: torch.Tensor, usable: torch.Tensor) -> str | None:
-    """A mask drawn once per key, per query or per batch, instead of once per weight."""
-    free = dropped | ~usable  # where a shared flip would also be "dropped"
-    if bool((dropped.any(dim=-2) == free.all(dim=-2)).all()):
-        return ("every query dropped the same keys: your mask has one coin flip per key, shared by all queries. "
-                "Draw one for every weight (the shape of the weights).")
-    if bool((dropped.any(dim=-1) == free.all(dim=-1)).all()):
-        return ("each row is either kept whole or dropped whole: your mask has one coin flip per query. Draw one "
-                "for every weight (the shape of the weights).")
-    if dropped.shape[0] > 1 and bool((dropped == dropped[:1]).all()):
-        return ("every sequence of the batch got the same mask: draw one coin flip for every weight of every "
-                "sequence (the shape of the weights).")
-    return None
-
-
-def _dropout_attention_properties(got, case: Case, function) -> str | None:
-    context_vecs, weights = got
-    queries, keys, values, p = case.args
-    if not case.kwargs.get("training", True):
-        return ("with training=False dropout is switched off (what eval() does): return the weights and context "
-                "vectors with nothing dropped or rescaled.")
-    clean = _reference_dropout_attention(queries, keys, values, p, training=False)[1]  # A without dropout
-    usable = clean != 0
-    if bool((weights[~usable] != 0).any()):
-        return "a weight above the diagonal is not 0: the future must stay hidden, dropout or not."
-    kept = weights != 0
-    unscaled = softmax_stable(_masked(_scores(queries, keys)))
-    survivors = weights[kept].double()
-    if not torch.allclose(survivors, clean[kept].double() / (1 - p), rtol=1e-4, atol=1e-6):
-        if torch.allclose(survivors, unscaled[kept].double() / (1 - p), rtol=1e-4, atol=1e-6):
-            return "the weights that survive are softmax(S) without the division by sqrt(d_k), scaled up."
-        if torch.allclose(survivors, clean[kept].double(), rtol=1e-4, atol=1e-6):
-            return "the surviving weights are unchanged. Rescale them so that each weight keeps its average."
-        if torch.allclose(weights.sum(dim=-1), torch.ones_like(weights[..., 0]), atol=1e-4):
-            return ("every row of your weights still sums to 1, and the survivors are not A's weights scaled up: "
-                    "was the dropout applied before the softmax? Dropout acts on the weights after it.")
-        ratio = (survivors / clean[kept].double()).median().item()
-        return (f"a weight that survives must be exactly a / (1 - p) = a x {1 / (1 - p):.3f}, with a the causal "
-                f"softmax weight; yours are about a x {ratio:.3f}.")
-    if not torch.allclose(context_vecs, weights @ values, rtol=1e-4, atol=1e-5):
-        if torch.allclose(context_vecs, clean @ values, rtol=1e-4, atol=1e-5):
-            return ("your context vectors come from the weights before dropout. The dropped-out weights are the "
-                    "ones that multiply the values.")
-        return "the context vectors are not the weights you return times the values."
-    dropped = ~kept & usable
-    problem = _one_flip_per(dropped, usable)  # before the fraction: a shared flip also makes the fraction wobble
-    if problem:
-        return problem
-    fraction = dropped.double().sum().item() / int(usable.sum())
-    if abs(fraction - p) > 0.03:
-        if abs(fraction - (1 - p)) <= 0.03:
-            return f"you dropped {fraction:.0%} of the weights: p is the probability of being DROPPED, not kept."
-        return f"you dropped {fraction:.1%} of the weights; with p={p} it should be close to {p:.0%}."
-    args, kwargs = case.fresh_args()
-    again = function(*args, **kwargs)
-    if isinstance(again, tuple) and len(again) == 2 and torch.equal(again[1] == 0, weights == 0):
-        return ("two calls dropped exactly the same weights. Dropout draws a new mask on every call; does your "
-                "function seed a generator of its own?")
-    return None
-
-
-dropout_attention = FunctionExercise(
-    "Causal attention with dropout",
-    "write dropout_attention(queries, keys, values, p, training=True) for a batch (B, T, d_k), (B, T, d_k), "
-    "(B, T, d_v): causal scaled dot-product attention with dropout on its weights, returning (context_vecs, "
-    "attn_weights), the weights after dropout. In training, drop each weight with probability p (a new draw on every "
-    "call) and rescale the survivors; with training=False, no dropout. Do not call PyTorch's dropout.",
-    reference=_reference_dropout_attention,
-    cases=_attention_cases,
-    hint=["Notebook 04's causal attention and section 4's two lines, put together: in which order do the scores, "
-          "the mask, the softmax, the dropout and the values come?",
-          "You need one random number per weight, new on every call. Which torch function gives uniform numbers "
-          "in [0, 1) shaped like a tensor you already have? How likely is such a number to be below p?",
-          "What did eval() do to CausalAttention's weights in section 6? training=False asks for the same."],
-    solution=_solution_dropout_attention,
-    mistakes=[
-        Mistake(_attention_mistake(lambda q, k: softmax_stable(_masked(_scores(q, k)))),
-                "the weights skip the division of the scores by sqrt(d_k)."),
-        Mistake(_attention_mistake(lambda q, k: softmax_stable(_scores(q, k) / k.shape[-1] ** 0.5)),
-                "no weight is hidden: every query sees the keys after it. Mask the future before the softmax."),
-        Mistake(_attention_mistake(lambda q, k: softmax_stable(_scores(q, k) / k.shape[-1] ** 0.5)
-                                   * ~causal_mask(q.shape[-2])),
-                "you zeroed the future after the softmax, so the rows no longer sum to 1. Hide the scores with -inf "
-                "before the softmax (notebook 04)."),
-        Mistake(_attention_mistake(lambda q, k: torch.softmax(_masked(_scores(q, k)) / k.shape[-1] ** 0.5, dim=-2)),
-                "the softmax runs down the columns (over queries). Each query's row of weights must sum to 1."),
-    ],
-    properties=_dropout_attention_properties,
-    rules=[forbids("torch.nn.functional.dropout", "torch.dropout",
-                   why="Write the coin flips and the rescaling yourself (nn.Dropout calls the same function).")],
-)
-
-
-# --- 3. spot the bug: an attention map that changes from call to call --------------------------------------
+# --- 2. spot the bug: an attention map that changes from call to call --------------------------------------
 class _ModeKept(Rule):
     """The model must leave ``attention_map`` in the mode (and with the dropout) it came in."""
 
@@ -281,6 +147,44 @@ class _ModeKept(Rule):
 
 
 _mode_kept = _ModeKept()
+
+
+class _StreamKept(Rule):
+    """The function must leave PyTorch's global random stream as it found it: no reseeding, no draws.
+
+    ``before`` only remembers the function; once its values are right, ``after`` calls it on a model of its own in
+    training mode and compares the global CPU generator's state before and after the call. Any change (a
+    ``torch.manual_seed``, a ``set_rng_state``, a dropout draw) would make the next training step drop other weights.
+    """
+
+    def __init__(self):
+        self._function, self._judged = None, False
+
+    def before(self, function) -> str | None:
+        self._function, self._judged = function, False
+        return None
+
+    def after(self, calls: list[str]) -> str | None:
+        if self._judged or self._function is None:
+            return None
+        self._judged = True
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(2024)
+            model = CausalAttention(3, 2, context_length=4, dropout=0.5).train()
+            batch = torch.randn(1, 4, 3)
+            state = torch.get_rng_state()
+            try:
+                self._function(model, batch)
+            except Exception:  # errors are the value check's business
+                return None
+            if not torch.equal(torch.get_rng_state(), state):
+                return ("your function moves PyTorch's global random stream (it reseeds it, or draws from it), so "
+                        "the next training step would drop other weights than it would have without the picture. "
+                        "The task asks you to leave the global random generator as you found it.")
+        return None
+
+    def __repr__(self) -> str:
+        return "_StreamKept()"
 
 
 def _model_cases(g: torch.Generator) -> list[Case]:
@@ -344,7 +248,8 @@ attention_map = SpotTheBug(
     "Spot the bug: an attention map that flickers",
     "attention_map(model, batch) draws a model's attention weights (B, T, T) now and then during training, and is "
     "also used on finished models. Two calls in a row, with no training step between them, give different "
-    "pictures. Fix it; training must carry on after a picture exactly as it would have without it.",
+    "pictures. Fix it. Training must carry on after a picture exactly as it would have without one: leave the "
+    "model as you found it, and do not reseed PyTorch's global random generator or draw from it.",
     reference=_reference_attention_map,
     cases=_model_cases,
     hint=["Call buggy_attention_map twice on the same CausalAttention(3, 2, 6, dropout=0.5) and compare where the "
@@ -355,5 +260,5 @@ attention_map = SpotTheBug(
     buggy=buggy_attention_map,
     bug_message=_STILL_DROPPING,
     properties=_map_properties,
-    rules=[_mode_kept],
+    rules=[_mode_kept, _StreamKept()],
 )
