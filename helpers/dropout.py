@@ -56,10 +56,10 @@ def attention_dropout(
     draw_device = generator.device if generator is not None else torch.device("cpu")
     # Same steps as torch.nn.functional.dropout on the CPU: a 0/1 mask, divided by 1 - p, then multiplied in.
     scale = torch.empty(attn_weights.shape, dtype=attn_weights.dtype, device=draw_device)
-    scale.bernoulli_(1.0 - p, generator=generator)  # the mask m, same shape as attn_weights: 1 keeps, 0 drops
+    scale.bernoulli_(1.0 - p, generator=generator)  # the keep-mask, same shape as attn_weights: 1 keeps, 0 drops
     scale = scale.to(attn_weights.device)
     keep = scale.bool()
-    scale.div_(1.0 - p)  # m / (1 - p): survivors' factor, dropped stay 0
+    scale.div_(1.0 - p)  # keep / (1 - p): survivors' factor, dropped stay 0
     return attn_weights * scale, keep
 
 
@@ -83,7 +83,7 @@ def dropout_row_sums(
     # path bernoulli_ takes on this machine or release.
     draw_device = generator.device if generator is not None else torch.device("cpu")
     uniform = torch.rand(copies.shape, generator=generator, device=draw_device).to(attn_weights.device)
-    dropped = copies * ((uniform >= p) / (1.0 - p))  # same recipe as attention_dropout: A * (m / (1 - p))
+    dropped = copies * ((uniform >= p) / (1.0 - p))  # same recipe as attention_dropout: A * (keep / (1 - p))
     return dropped.sum(dim=-1)  # (N, ..., T_q, T_k) -> (N, ..., T_q)
 
 

@@ -115,7 +115,7 @@ def test_diagram_is_drawn_from_the_tensors(journey):
     assert fig.get_figwidth() <= 12.0
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "2.00" in texts                       # row 0 survived this draw: 1.00 -> 2.00
-    assert texts.count("2") == int(keep.sum())  # the middle grid is m / (1 - p): 2 where kept, the future's too
+    assert texts.count("2") == int(keep.sum())  # the middle grid is keep / (1 - p): 2 where kept, the future's too
     assert texts.count("0") == int((~keep).sum())
     row_sums = (attn_weights * (keep / 0.5)).sum(dim=-1)
     assert all(f"{float(s):.2f}" in texts for s in row_sums)  # the column of row sums
