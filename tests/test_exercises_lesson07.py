@@ -13,19 +13,18 @@ from helpers.exercises import lesson07
 
 
 def test_hints_do_not_give_the_answer():
-    for exercise in (lesson07.merge_states, lesson07.padded_causal_sdpa, lesson07.one_query_tiled_bug):
+    for exercise in (lesson07.merge_states, lesson07.normalised_tiles_bug):
         for hint in exercise._hints:
-            assert "exp(m_a - m)" not in hint and "keys.shape[-1]" not in hint and "d_v" not in hint, hint
-            assert "attn_mask=" not in hint and "tril" not in hint and "torch.where" not in hint, hint
-    for hint in lesson07.one_query_tiled_bug._hints:  # the bug is the order of two lines: no hint may say so
-        assert "running_max = new_max" not in hint and "order" not in hint.lower(), hint
-        assert "overwrit" not in hint and "before" not in hint and "old maximum" not in hint, hint
+            assert "exp(m_a - m)" not in hint and "keys.shape[-1]" not in hint and "torch.where" not in hint, hint
+    for hint in lesson07.normalised_tiles_bug._hints:  # the missing factor must not be named
+        assert "running_sum * correction" not in hint and "/ new_sum" not in hint, hint
+        assert "old sum" not in hint.lower() and "new sum" not in hint.lower(), hint
 
 
 def test_titles_and_names_do_not_give_the_bug_away():
-    bug = lesson07.one_query_tiled_bug
-    for text in (bug.title, bug.task, "one_query_tiled_bug"):
-        for word in ("order", "correction", "overwrit", "re-base", "rescal", "before"):
+    bug = lesson07.normalised_tiles_bug
+    for text in (bug.title, bug.task, "normalised_tiles_bug"):
+        for word in ("correction", "re-base", "rescal", "new_sum", "old sum", "denominator"):
             assert word not in text.lower(), (word, text)
 
 
@@ -86,113 +85,115 @@ def test_merge_rejects_a_list_and_a_two_value_answer():
     assert feedback.status == "wrong"
 
 
-# --- SDPA on a padded batch -------------------------------------------------------------------------------------
-def test_padded_sdpa_requires_sdpa():
-    feedback = lesson07.padded_causal_sdpa.check(lesson07._reference_padded)
-    assert feedback.status == "wrong" and "scaled_dot_product_attention" in feedback.message
+def test_merge_survives_and_names_answers_that_overflow():
+    feedback = lesson07.merge_states.check(lesson07._merge_through_exp_of_the_maxima)
+    assert feedback.status == "wrong" and "overflows" in feedback.message, feedback.message
 
 
-def test_padded_sdpa_accepts_other_right_answers():
-    def float_mask(q, k, v, lengths):
-        t = q.shape[-2]
-        hide = lesson07._hide(t, lengths)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(hide.shape).masked_fill(hide, -math.inf))
+@pytest.mark.parametrize("broken", ["finite", "zero", "nan", "inf_sum"])
+def test_merge_checker_survives_inf_and_nan_in_an_answer(broken):
+    """A finite value where -inf is expected, nan, or inf in an answer: a message, never a crash."""
+    def answer(*parts):
+        new_max, new_sum, new_acc = lesson07._reference_merge(*parts)
+        if broken == "finite":
+            new_max = new_max.clamp(min=-1e30)
+        elif broken == "zero":
+            new_max = torch.nan_to_num(new_max, neginf=0.0)
+        elif broken == "nan":
+            new_acc = new_acc + float("nan")
+        else:
+            new_sum = new_sum + float("inf")
+        return new_max, new_sum, new_acc
 
-    def broadcast_by_hand(q, k, v, lengths):
-        t = q.shape[-2]
-        keep = ~lesson07._hide(t, lengths)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keep.expand(-1, q.shape[1], -1, -1))
-
-    for right in (float_mask, broadcast_by_hand):
-        assert lesson07.padded_causal_sdpa.check(right).passed, lesson07.padded_causal_sdpa.check(right).message
-
-
-def test_padded_sdpa_a_padding_mask_with_is_causal_is_reported():
-    def padding_mask_and_is_causal(q, k, v, lengths):  # some of SDPA's paths refuse the pair
-        real = torch.arange(q.shape[-2])[None, :] < lengths[:, None]
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=real[:, None, None, :], is_causal=True)
-
-    feedback = lesson07.padded_causal_sdpa.check(padding_mask_and_is_causal)
-    assert feedback.status == "wrong" and "is_causal" in feedback.message
+    feedback = lesson07.merge_states.check(answer)
+    assert feedback.status == "wrong" and "on " in feedback.message, feedback.message
 
 
-def test_padded_sdpa_padding_hides_keys_not_queries():
-    lengths = torch.tensor([2, 4])
-    hide = lesson07._hide(4, lengths)
-    assert hide.shape == (2, 1, 4, 4)
-    assert hide[0, 0, 3].tolist() == [False, False, True, True]  # a padding query still sees the real keys
-    assert not bool(hide.all(-1).any()), "no query may lose every key"
+# --- spot the bug: the output kept normalised ---------------------------------------------------------------
+def _unnormalised(q, k, v, tile):
+    """Section 2's form: keep acc unnormalised, divide once at the end (a right answer in another style)."""
+    m, total, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(v.shape[-1])
+    for start in range(0, k.shape[0], tile):
+        s = k[start:start + tile] @ q / math.sqrt(k.shape[-1])
+        new = torch.maximum(m, s.max())
+        e = torch.exp(s - new)
+        total, acc, m = total * torch.exp(m - new) + e.sum(), acc * torch.exp(m - new) + e @ v[start:start + tile], new
+    return acc / total
 
 
-# --- spot the bug: the online softmax's update order ------------------------------------------------------------
-def _cases():
-    bug = lesson07.one_query_tiled_bug
-    return bug.cases(torch.Generator().manual_seed(bug.seed))
+def _split_and_transposed(q, k, v, tile):
+    m, total, out = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(v.shape[-1])
+    for k_t, v_tile in zip(k.T.split(tile, dim=1), v.split(tile)):      # (d_k, tile) views of the keys
+        s = (q @ k_t) * k.shape[-1] ** -0.5
+        new = torch.maximum(m, s.max())
+        c, e = torch.exp(m - new), torch.exp(s - new)
+        new_total = total * c + e.sum()
+        out, m, total = out * (total * c / new_total) + (e @ v_tile) / new_total, new, new_total
+    return out
 
 
-def test_the_bug_is_in_the_online_softmax_right_only_when_the_maximum_comes_first():
-    bug = lesson07.one_query_tiled_bug
-    right = []
-    for case in _cases():
-        query, keys, values, tile_size = case.args
-        expected = torch.softmax(keys @ query / math.sqrt(keys.shape[-1]), dim=-1) @ values
-        torch.testing.assert_close(lesson07._solution_one_query_tiled(*case.args), expected)
-        max_in_first_tile = int((keys @ query).argmax()) < tile_size
-        got = bug.buggy(*case.args)
-        right.append(bool(torch.allclose(got, expected, atol=1e-5)))
-        assert right[-1] == max_in_first_tile, case.description  # exact iff no later tile raises the maximum
-    assert right[0] and not all(right), "the task says: right for some inputs, wrong for others"
+def test_the_bug_is_named_and_right_answers_in_several_styles_pass():
+    bug = lesson07.normalised_tiles_bug
+    feedback = bug.check(lesson07.buggy_normalised_tiles)
+    assert feedback.status == "wrong" and "new sum" in feedback.message, feedback.message
+    for right in (lesson07._solution_normalised_tiles, _unnormalised, _split_and_transposed):
+        assert bug.check(right).passed, bug.check(right).message
 
 
-def test_spot_the_bug_is_named_and_fixed():
-    bug = lesson07.one_query_tiled_bug
-    feedback = bug.check(bug.buggy)
-    assert feedback.status == "wrong" and "exp(0) = 1" in feedback.message
-    assert bug.check(lesson07._solution_one_query_tiled).passed
+def test_the_buggy_code_is_right_with_one_tile_only():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(4, generator=g), torch.randn(7, 4, generator=g), torch.randn(7, 3, generator=g)
+    want = torch.softmax(k @ q / 2.0, dim=0) @ v
+    torch.testing.assert_close(lesson07.buggy_normalised_tiles(q, k, v, 8), want)
+    assert not torch.allclose(lesson07.buggy_normalised_tiles(q, k, v, 2), want, atol=1e-3)
 
 
-@pytest.mark.parametrize("rescale_sum, rescale_acc, upside_down, words", [
-    (True, False, False, "accumulator is not"),
-    (False, True, False, "running sum is not"),
-    (True, True, True, "upside down"),
-])
-def test_half_fixes_are_named(rescale_sum, rescale_acc, upside_down, words):
-    wrong = lesson07._one_query_with(rescale_sum, rescale_acc, upside_down)
-    feedback = lesson07.one_query_tiled_bug.check(wrong)
-    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+def test_an_online_softmax_without_a_running_maximum_fails_on_large_and_very_negative_scores():
+    feedback = lesson07.normalised_tiles_bug.check(lesson07._without_running_max)
+    assert feedback.status == "wrong" and "running maximum" in feedback.message, feedback.message
+    cases = lesson07._one_query_cases(torch.Generator().manual_seed(0))
+    for words, sign in (("large scores", 1), ("very negative", -1)):
+        case = next(c for c in cases if words in c.description)
+        q, k, v, tile = case.args
+        scores = k @ q / math.sqrt(k.shape[-1])
+        assert bool((sign * scores > 110).all()), (words, scores)
+        assert torch.isnan(lesson07._without_running_max(q, k, v, tile)).any()
 
 
-def test_spot_the_bug_refuses_a_whole_row_softmax_and_accepts_other_right_fixes():
-    bug = lesson07.one_query_tiled_bug
+def test_tile_by_tile_is_enforced():
+    """A softmax over all keys at once, or a first pass for the global maximum, is refused even when right."""
+    def all_at_once(q, k, v, tile):
+        s = k @ q / math.sqrt(k.shape[-1])
+        e = torch.exp(s - s.max())
+        return e @ v / e.sum()
 
-    def whole_row(query, keys, values, tile_size):
-        return F.softmax(keys @ query / math.sqrt(keys.shape[-1]), dim=-1) @ values
-
-    def via_sdpa(query, keys, values, tile_size):
-        return F.scaled_dot_product_attention(query[None, None], keys[None], values[None])[0, 0]
-
-    for wrong in (whole_row, via_sdpa):
-        feedback = bug.check(wrong)
-        assert feedback.status == "wrong" and "online softmax" in feedback.message, feedback.message
-
-    def correction_computed_first(query, keys, values, tile_size):  # another right order of the same updates
-        m, total, acc = torch.tensor(-math.inf), torch.tensor(0.0), torch.zeros(values.shape[-1])
-        for start in range(0, len(keys), tile_size):
-            s = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
-            m_new = torch.maximum(m, s.max())
-            c, m = torch.exp(m - m_new), m_new
-            p = torch.exp(s - m)
-            total, acc = total * c + p.sum(), acc * c + p @ values[start:start + tile_size]
+    def first_pass_for_the_maximum(q, k, v, tile):
+        scale = 1 / math.sqrt(k.shape[-1])
+        m = max(float((k[s:s + tile] @ q).max()) for s in range(0, k.shape[0], tile)) * scale
+        total, acc = torch.tensor(0.0), torch.zeros(v.shape[-1])
+        for s in range(0, k.shape[0], tile):
+            e = torch.exp(k[s:s + tile] @ q * scale - m)
+            total, acc = total + e.sum(), acc + e @ v[s:s + tile]
         return acc / total
 
-    def ending_with_logsumexp(query, keys, values, tile_size):  # the state as (m + log l), also exact
-        lse, acc, m = torch.tensor(-math.inf), torch.zeros(values.shape[-1]), torch.tensor(-math.inf)
-        for start in range(0, len(keys), tile_size):
-            s = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
-            m_new = torch.maximum(m, s.max())
-            acc = acc * torch.exp(m - m_new) + torch.exp(s - m_new) @ values[start:start + tile_size]
-            lse, m = torch.logaddexp(lse, torch.logsumexp(s, dim=0)), m_new
-        return acc / torch.exp(lse - m)
+    def with_softmax(q, k, v, tile):
+        return torch.softmax(k @ q / math.sqrt(k.shape[-1]), dim=0) @ v
 
-    for right in (correction_computed_first, ending_with_logsumexp):
-        assert bug.check(right).passed, bug.check(right).message
+    for wrong, words in ((all_at_once, "at once"), (first_pass_for_the_maximum, "first pass"),
+                         (with_softmax, "softmax")):
+        feedback = lesson07.normalised_tiles_bug.check(wrong)
+        assert feedback.status == "wrong" and words in feedback.message, (wrong.__name__, feedback.message)
+
+
+def test_the_named_half_fixes():
+    for mistake in lesson07.normalised_tiles_bug.mistakes[1:]:
+        feedback = lesson07.normalised_tiles_bug.check(mistake.function)
+        assert feedback.status == "wrong" and mistake.message in feedback.message
+
+
+def test_the_task_states_every_rule_the_checker_enforces():
+    task = lesson07.normalised_tiles_bug.task
+    for words in ("tile by tile", "first pass", "torch.softmax", "scaled_dot_product_attention", "tiled_attention",
+                  "iter_tile_steps", "+450"):
+        assert words in task, words
+    assert "+500" in lesson07.merge_states.task

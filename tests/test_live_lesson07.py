@@ -219,6 +219,10 @@ def test_builds_the_weights_tells_fused_kernels_from_the_math_path():
 def test_measure_time_and_scaling_plot():
     from helpers.live.lesson07 import measure_time_ms, scaling_plot
     assert measure_time_ms(lambda: torch.ones(10).sum(), repeats=2) >= 0.0
+    from helpers.live.lesson07 import measure_times
+    times = measure_times(lambda x: {"SDPA": lambda: x.sum(), "other": lambda: x.cumsum(0)},
+                          lambda n, device: (torch.ones(n, device=device),), (8, 16), repeats=2)
+    assert set(times) == {"SDPA", "other"} and all(len(v) == 2 for v in times.values())
     sizes = (64, 128, 256)
     fig = scaling_plot(sizes, {n: [1.0, 4.0, 16.0] for n in ("explicit", "SDPA", "tiled")},
                        {n: [1.0, 2.0, 4.0] for n in ("explicit", "SDPA", "tiled")})

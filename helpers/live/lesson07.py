@@ -19,7 +19,8 @@ from ..efficient import iter_tile_steps
 from ..plotting import Bars, Heatmap, new_figure
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer", "measure_time_ms", "scaling_plot"]
+__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer", "measure_time_ms", "measure_times",
+           "scaling_plot"]
 
 
 def _scaled_scores(queries: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -191,6 +192,29 @@ def measure_time_ms(path, device: torch.device | str = "cpu", repeats: int = 5) 
         synchronize()
         times.append((time.perf_counter() - start) * 1000)
     return min(times)
+
+
+def measure_times(paths_for, inputs_for, sizes, device: torch.device | str = "cpu", relative_to: str = "SDPA",
+                  repeats: int = 5) -> dict[str, list[float]]:
+    """Time every path at every length, print each as a multiple of ``relative_to``'s time, return the ms.
+
+    ``inputs_for(num_tokens, device)`` makes the inputs of one length; ``paths_for(*inputs)`` returns
+    ``{name: function of no arguments}``. Each time is :func:`measure_time_ms` (best of ``repeats``), under
+    ``torch.no_grad()``. Returns ``{name: [ms at each length]}``.
+    """
+    device = torch.device(device)
+    time_ms: dict[str, list[float]] = {}
+    for num_tokens in sizes:
+        with torch.no_grad():
+            for name, path in paths_for(*inputs_for(num_tokens, device)).items():
+                time_ms.setdefault(name, []).append(measure_time_ms(path, device, repeats))
+    others = [name for name in time_ms if name != relative_to]
+    threads = f", {torch.get_num_threads()} CPU thread(s)" if device.type == "cpu" else ""
+    print(f"time as a multiple of {relative_to}'s at the same T (best of {repeats}, on {device.type}{threads})")
+    print(f"{'T':>5} " + " ".join(f"{name:>9}" for name in others))
+    for i, num_tokens in enumerate(sizes):
+        print(f"{num_tokens:>5} " + " ".join(f"{time_ms[name][i] / time_ms[relative_to][i]:>9.1f}" for name in others))
+    return time_ms
 
 
 def _slope_triangle(ax, x0: float, y0: float, slope: int, text: str) -> None:
