@@ -105,8 +105,8 @@ class CrossAttention(nn.Module):
         )  # (B, H, T_q, D), (B, H, T_q, T_k)
         context_vecs = context_vecs.transpose(1, 2).contiguous()  # (B, H, T_q, D) -> (B, T_q, H, D)
         context_vecs = context_vecs.view(batch_size, num_queries, self.d_out)  # -> (B, T_q, d_out)
-        context_vecs = self.out_proj(context_vecs)
-        return (context_vecs, attn_weights) if return_weights else context_vecs
+        outputs = self.out_proj(context_vecs)  # Z W_o + b_o: (B, T_q, d_out)
+        return (outputs, attn_weights) if return_weights else outputs
 
     def extra_repr(self) -> str:
         return f"num_heads={self.num_heads}, head_dim={self.head_dim}, d_source={self.d_source}"

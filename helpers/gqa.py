@@ -176,8 +176,8 @@ class GroupedQueryAttention(nn.Module):
             queries, keys, values, mask=mask, dropout_p=self.dropout.p, training=self.training
         )  # (B, H, T_new, D), (B, H, T_new, T_k)
         context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_new, self.d_out)  # -> (B, T_new, d_out)
-        context_vecs = self.out_proj(context_vecs)
-        return (context_vecs, attn_weights) if return_weights else context_vecs
+        outputs = self.out_proj(context_vecs)  # Z W_o + b_o: (B, T_new, d_out)
+        return (outputs, attn_weights) if return_weights else outputs
 
     def extra_repr(self) -> str:
         window = "" if self.window_size is None else f", window_size={self.window_size}"

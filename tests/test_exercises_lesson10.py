@@ -6,17 +6,16 @@ import torch
 
 from helpers.exercises import lesson10
 from helpers.masks import causal_mask
-from helpers.modules import MultiHeadAttention
 
 
 def test_the_buggy_code_does_not_name_its_bug():
     import inspect
-    source = inspect.getsource(lesson10.cross_from_parts.buggy)
-    assert "causal" not in source and "keep" not in source and "hide" not in source
+    source = inspect.getsource(lesson10.padded_heads.buggy)
+    assert "broadcast" not in source and "None, None" not in source
 
 
 def test_exports():
-    assert lesson10.__all__ == ["decoder_masks", "cross_from_parts"]
+    assert lesson10.__all__ == ["decoder_masks", "padded_heads"]
 
 
 # --- 1. the decoder's two masks -----------------------------------------------------------------------------------
@@ -64,84 +63,90 @@ def test_decoder_masks_cases_separate_every_mistake():
         assert feedback.status == "wrong" and mistake.message in feedback.message
 
 
-# --- 2. spot the bug: a padding mask in PyTorch's True = take part convention ------------------------------------------------------------
-def _cross_with_sdpa(module, x, source, source_padding_mask):
-    import torch.nn.functional as F
-    batch_size, num_queries, _ = x.shape
-
-    def split(t):
-        return t.unflatten(-1, (module.num_heads, module.head_dim)).transpose(1, 2)
-
-    q, k, v = split(module.W_query(x)), split(module.W_key(source)), split(module.W_value(source))
-    context = F.scaled_dot_product_attention(q, k, v, attn_mask=~source_padding_mask[:, None, None, :])
-    return module.out_proj(context.transpose(1, 2).flatten(2))
+# --- 2. spot the bug: the padding mask meets several heads ---------------------------------------------------------
+def _scores(queries, keys):
+    return queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5
 
 
-def test_spot_the_bug_accepts_another_right_form():
-    assert lesson10.cross_from_parts.check(_cross_with_sdpa).passed
+def test_spot_the_bug_names_the_broadcast_onto_the_heads():
+    feedback = lesson10.padded_heads.check(lesson10.padded_heads.buggy)
+    assert feedback.status == "wrong" and "heads" in feedback.message and "(B, 1, 1, T_k)" in feedback.message
 
 
-def test_spot_the_bug_names_the_bug_and_forbids_calling_a_cross_attention_module():
-    from helpers.cross_attention import CrossAttention
-    feedback = lesson10.cross_from_parts.check(lesson10.cross_from_parts.buggy)
-    assert feedback.status == "wrong" and "take part" in feedback.message and "padding" in feedback.message
+def test_spot_the_bug_accepts_right_answers_in_several_styles():
+    def with_unsqueeze(queries, keys, values, source_padding_mask):
+        mask = source_padding_mask.unsqueeze(1).unsqueeze(2)
+        return torch.softmax(_scores(queries, keys).masked_fill(mask, float("-inf")), dim=-1) @ values
 
-    def through_the_module(module, x, source, source_padding_mask):
-        cross = CrossAttention(module.d_in, module.d_out, 0.0, module.num_heads)
-        cross.load_state_dict(module.state_dict(), strict=False)
-        return cross(x, source, source_padding_mask)
-    feedback = lesson10.cross_from_parts.check(through_the_module)
-    assert feedback.status == "wrong" and "from the module's parts" in feedback.message, feedback.message
+    def with_torch(queries, keys, values, source_padding_mask):   # PyTorch's convention: True = take part
+        return torch.nn.functional.scaled_dot_product_attention(
+            queries, keys, values, attn_mask=~source_padding_mask[:, None, None, :])
 
+    def with_view(queries, keys, values, source_padding_mask):
+        batch_size, num_keys = source_padding_mask.shape
+        mask = source_padding_mask.view(batch_size, 1, 1, num_keys)
+        return torch.softmax(_scores(queries, keys).masked_fill(mask, -1e9), dim=-1) @ values   # a large negative
 
-def test_the_buggy_code_inverts_the_padding_mask():
-    """The bug is PyTorch's True = take part convention passed to the course's True = hide function."""
-    import inspect
-    source = inspect.getsource(lesson10.cross_from_parts.buggy)
-    assert "~source_padding_mask" in source and "module.mask" not in source
+    def with_helper(queries, keys, values, source_padding_mask):
+        from helpers.attention import scaled_dot_product_attention
+        return scaled_dot_product_attention(queries, keys, values, mask=source_padding_mask[:, None, None])[0]
 
-
-def test_spot_the_bug_names_a_causal_mask_carried_over():
-    from helpers.attention import scaled_dot_product_attention
-
-    def causal_kept(module, x, source, source_padding_mask):
-        split = lambda t: t.unflatten(-1, (module.num_heads, module.head_dim)).transpose(1, 2)
-        mask = module.mask[:x.shape[1], :source.shape[1]].bool() | source_padding_mask[:, None, None, :]
-        context, _ = scaled_dot_product_attention(split(module.W_query(x)), split(module.W_key(source)),
-                                                  split(module.W_value(source)), mask=mask)
-        return module.out_proj(context.transpose(1, 2).flatten(2))
-    feedback = lesson10.cross_from_parts.check(causal_kept)
-    assert feedback.status == "wrong" and "causal" in feedback.message, feedback.message
+    for answer in (with_unsqueeze, with_torch, with_view, with_helper):
+        assert lesson10.padded_heads.check(answer).passed, answer.__name__
 
 
-def test_spot_the_bug_rejects_queries_from_the_source():
-    def swapped(module, x, source, source_padding_mask):
-        return _cross_with_sdpa(module, source, x, source_padding_mask)
-    assert lesson10.cross_from_parts.check(swapped).status == "wrong"
+def test_spot_the_bug_names_plausible_wrong_fixes():
+    def zeroed_after_softmax(queries, keys, values, source_padding_mask):
+        weights = torch.softmax(_scores(queries, keys), dim=-1)
+        return weights.masked_fill(source_padding_mask[:, None, None, :], 0.0) @ values
+
+    def inverted(queries, keys, values, source_padding_mask):
+        hide = ~source_padding_mask[:, None, None, :]
+        return torch.softmax(_scores(queries, keys).masked_fill(hide, float("-inf")), dim=-1) @ values
+
+    def mask_on_the_queries(queries, keys, values, source_padding_mask):   # rows instead of columns: only T_q = T_k
+        num_queries, num_keys = queries.shape[2], keys.shape[2]
+        mask = source_padding_mask[:, None, :num_queries, None].expand(-1, -1, -1, num_keys)
+        return torch.softmax(_scores(queries, keys).masked_fill(mask, float("-inf")), dim=-1) @ values
+
+    for answer, words in ((zeroed_after_softmax, "after the softmax"), (inverted, "hides the real"),
+                          (mask_on_the_queries, None)):
+        feedback = lesson10.padded_heads.check(answer)
+        assert feedback.status == "wrong", answer.__name__
+        assert words is None or words in feedback.message, feedback.message
 
 
-def test_the_bug_matters_on_the_lessons_task():
-    """With the inverted mask, the number-words model reads only padding: almost every word comes out wrong."""
-    from helpers.number_words import NumberWordsTask, train_number_words
-    task = NumberWordsTask()
-    test_ids, _ = task.sample(200, torch.Generator().manual_seed(2), held_out=True)
-    test_ids = test_ids[task.source_padding_mask(test_ids).any(dim=-1)]     # sources with some padding
-    model = train_number_words(task, test_ids=test_ids, num_steps=150, seed=0).model
-    source = model.digit_embedding(test_ids) + model.source_position.weight
-    x = model.output_position.weight.expand(len(test_ids), -1, -1)
-    pad = task.source_padding_mask(test_ids)
-    layer = MultiHeadAttention(32, 32, task.num_keys, 0.0, 2)          # notebook 06's layer, the trained weights
-    layer.load_state_dict(model.cross_attention.state_dict(), strict=False)
-    with torch.no_grad():
-        right = model.unembed(lesson10.cross_from_parts._solution(layer, x, source, pad))
-        buggy = model.unembed(lesson10.cross_from_parts.buggy(layer, x, source, pad))
-    targets = task.targets(test_ids)
-    real = targets != task.ignore_id
-    assert (right.argmax(-1) == targets)[real].float().mean() == 1.0
-    assert (buggy.argmax(-1) == targets)[real].float().mean() < 0.2
+def test_spot_the_bug_catches_a_softmax_without_the_maximum():
+    def naive(queries, keys, values, source_padding_mask):
+        exps = _scores(queries, keys).exp().masked_fill(source_padding_mask[:, None, None, :], 0.0)
+        return exps / exps.sum(dim=-1, keepdim=True) @ values           # overflows on large scores
+    feedback = lesson10.padded_heads.check(naive)
+    assert feedback.status == "wrong" and "nan" in feedback.message
 
 
-@pytest.mark.parametrize("exercise", [lesson10.decoder_masks, lesson10.cross_from_parts])
+def test_the_buggy_code_is_silent_when_batch_equals_heads_and_wrong():
+    import helpers.exercises.lesson10 as module
+    case = module._heads_cases(torch.Generator().manual_seed(0))[0]
+    (queries, keys, values, pad), _ = case.fresh_args()
+    assert queries.shape[0] == queries.shape[1] == 2
+    buggy = lesson10.padded_heads.buggy(queries, keys, values, pad)
+    assert buggy.shape == queries.shape and not torch.allclose(buggy, module._reference_heads(queries, keys, values, pad))
+
+
+def test_every_checker_survives_inf_and_nan_answers():
+    for value in (float("nan"), float("inf"), float("-inf")):
+        def flat(queries, keys, values, source_padding_mask, value=value):
+            return torch.full_like(queries, value)
+
+        def flat_masks(target_padding_mask, source_padding_mask, value=value):
+            batch_size, num_queries = target_padding_mask.shape
+            return (torch.full((batch_size, num_queries, num_queries), value),
+                    torch.full((batch_size, num_queries, source_padding_mask.shape[1]), value))
+        assert lesson10.padded_heads.check(flat).status == "wrong"
+        assert lesson10.decoder_masks.check(flat_masks).status == "wrong"
+
+
+@pytest.mark.parametrize("exercise", [lesson10.decoder_masks, lesson10.padded_heads])
 def test_hints_do_not_give_the_answer_away(exercise):
     for hint in exercise._hints:
         for giveaway in ("[:, None, :]", "last axis", "triu", "None, None"):

@@ -1,20 +1,22 @@
 """Exercises for notebook 10: cross-attention.
 
 1. the decoder's two masks: which mask goes into the decoder's self-attention, which into its cross-attention;
-2. spot the bug: cross-attention from notebook 06's MultiHeadAttention, its padding mask written in PyTorch's
-   True = take part convention.
+2. spot the bug: section 2's (B, 1, T_k) key padding mask carried over to multi-head scores (B, H, T_q, T_k),
+   where broadcasting lines it up with the heads instead of the sequences.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask, padding_mask
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["decoder_masks", "cross_from_parts"]
+__all__ = ["decoder_masks", "padded_heads"]
 
 
 # --- 1. the decoder's two masks ------------------------------------------------------------------------------
@@ -124,111 +126,90 @@ decoder_masks = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: cross-attention from notebook 06's layer ----------------------------------------------
-def _module(seed: int, d_in: int, d_out: int, num_heads: int, context_length: int):
-    from ..modules import MultiHeadAttention
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return MultiHeadAttention(d_in, d_out, context_length, 0.0, num_heads).eval()
-
-
-def _module_cases(g: torch.Generator) -> list[Case]:
-    def case(description, lengths, num_queries, num_keys, d_in, d_out, num_heads, context_length):
-        module = _module(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), d_in, d_out, num_heads,
-                         context_length)
+# --- 2. spot the bug: a padding mask that lines up with the heads -------------------------------------------------
+def _heads_cases(g: torch.Generator) -> list[Case]:
+    def case(description, lengths, num_heads, num_queries, num_keys, head_dim, scale=1.0):
         batch_size = len(lengths)
-        x = randn(g, batch_size, num_queries, d_in)
-        source = randn(g, batch_size, num_keys, d_in)
-        return Case(description, (module, x, source, padding_mask(lengths, num_keys)))
-    return [case("the lesson's sizes: 3 sequences, T_q = 4, T_k = 8, d_in = d_out = 32, 2 heads, 1 to 3 numbers",
-                 [6, 4, 2], 4, 8, 32, 32, 2, 8),
-            case("2 sequences, T_q = 6 queries, T_k = 3 source tokens, d_in 5, d_out 8, 4 heads", [2, 1], 6, 3, 5,
-                 8, 4, 6),
-            case("1 sequence, T_q = 2, T_k = 5 (3 real, 2 padding), 1 head", [3], 2, 5, 4, 6, 1, 5)]
+        queries = randn(g, batch_size, num_heads, num_queries, head_dim, scale=scale)
+        keys = randn(g, batch_size, num_heads, num_keys, head_dim, scale=scale)
+        values = randn(g, batch_size, num_heads, num_keys, head_dim)
+        return Case(description, (queries, keys, values, padding_mask(lengths, num_keys)))
+    return [case("2 sequences (5 and 3 real source tokens), 2 heads, T_q = 3, T_k = 5", [5, 3], 2, 3, 5, 4),
+            case("3 sequences (2, 4 and 1 real tokens), 3 heads, T_q = 4, T_k = 4, large scores (inputs times 10)",
+                 [2, 4, 1], 3, 4, 4, 8, scale=10.0),
+            case("2 sequences (8 and 2 real tokens), 4 heads, T_q = 4, T_k = 8", [8, 2], 4, 4, 8, 4),
+            case("4 sequences (1, 3, 6, 6 real tokens), 2 heads, T_q = 2, T_k = 6, sharply peaked (inputs times 25)",
+                 [1, 3, 6, 6], 2, 2, 6, 4, scale=25.0),
+            case("1 sequence (2 real tokens of 5), 8 heads, T_q = 6, T_k = 5", [2], 8, 6, 5, 4)]
 
 
-def _reference_cross(module, x, source, source_padding_mask):
-    """What CrossAttention with the same four projections returns."""
-    from ..cross_attention import CrossAttention
-    cross = CrossAttention(module.d_in, module.d_out, 0.0, module.num_heads).eval()
-    cross.load_state_dict({k: v for k, v in module.state_dict().items() if k != "mask"})
-    with torch.no_grad():
-        return cross(x, source, source_padding_mask)
+def _reference_heads(queries, keys, values, source_padding_mask):
+    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=source_padding_mask[:, None, None, :])
+    return context_vecs
 
 
-def buggy_cross_attention(module, x, source, source_padding_mask):
-    # notebook 06's MultiHeadAttention.forward, turned into cross-attention: keys and values now read the source
-    # x (B, T_q, d_in), source (B, T_k, d_in), source_padding_mask (B, T_k) -> (B, T_q, d_out)
-    batch_size, num_queries, _ = x.shape
-    num_keys = source.shape[1]
-    heads = (module.num_heads, module.head_dim)
-    queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
-    keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
-    values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    mask = ~source_padding_mask[:, None, None, :]        # (B, 1, 1, T_k): True at the real source tokens
-    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
-    context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
-    return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
+def buggy_padded_heads(queries, keys, values, source_padding_mask):
+    # queries (B, H, T_q, D) from the target; keys, values (B, H, T_k, D) from the source
+    # source_padding_mask (B, T_k): True at the source's padding
+    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])   # (B, H, T_q, T_k)
+    key_mask = source_padding_mask[:, None, :]             # section 2's line: the padding keys, for every query
+    attn_scores = attn_scores.masked_fill(key_mask, float("-inf"))
+    attn_weights = torch.softmax(attn_scores, dim=-1)      # (B, H, T_q, T_k)
+    return attn_weights @ values                           # (B, H, T_q, D)
 
 
-def _solution_cross_attention(module, x, source, source_padding_mask):
-    batch_size, num_queries, _ = x.shape
-    num_keys = source.shape[1]
-    heads = (module.num_heads, module.head_dim)
-    queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)    # (B, H, T_q, D)
-    keys = module.W_key(source).view(batch_size, num_keys, *heads).transpose(1, 2)       # (B, H, T_k, D)
-    values = module.W_value(source).view(batch_size, num_keys, *heads).transpose(1, 2)   # (B, H, T_k, D)
-    mask = source_padding_mask[:, None, None, :]     # (B, 1, 1, T_k): True = hide, the source's padding
-    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)    # (B, H, T_q, D)
-    context_vecs = context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out)
-    return module.out_proj(context_vecs)                                                 # (B, T_q, d_out)
+def _solution_padded_heads(queries, keys, values, source_padding_mask):
+    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])   # (B, H, T_q, T_k)
+    key_mask = source_padding_mask[:, None, None, :]       # (B, T_k) -> (B, 1, 1, T_k): every head, every query
+    attn_scores = attn_scores.masked_fill(key_mask, float("-inf"))
+    attn_weights = torch.softmax(attn_scores, dim=-1)      # (B, H, T_q, T_k)
+    return attn_weights @ values                           # (B, H, T_q, D)
 
 
-def _attend(module, x, source, mask):
-    batch_size, num_queries, _ = x.shape
-    heads = (module.num_heads, module.head_dim)
-    queries = module.W_query(x).view(batch_size, num_queries, *heads).transpose(1, 2)
-    keys = module.W_key(source).view(batch_size, source.shape[1], *heads).transpose(1, 2)
-    values = module.W_value(source).view(batch_size, source.shape[1], *heads).transpose(1, 2)
-    context_vecs, _ = scaled_dot_product_attention(queries, keys, values, mask=mask)
-    return module.out_proj(context_vecs.transpose(1, 2).reshape(batch_size, num_queries, module.d_out))
+def _scores(queries, keys):
+    return queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
 
 
-def _no_mask(module, x, source, source_padding_mask):
-    return _attend(module, x, source, None)
+def _zeroed_after_softmax(queries, keys, values, source_padding_mask):
+    weights = torch.softmax(_scores(queries, keys), dim=-1).masked_fill(source_padding_mask[:, None, None, :], 0.0)
+    return weights @ values
 
 
-def _causal_kept(module, x, source, source_padding_mask):
-    causal = module.mask[:x.shape[1], :source.shape[1]].bool()                # (T_q, T_k)
-    return _attend(module, x, source, causal | source_padding_mask[:, None, None, :])
+def _inverted(queries, keys, values, source_padding_mask):
+    return torch.softmax(_scores(queries, keys).masked_fill(~source_padding_mask[:, None, None, :], float("-inf")),
+                         dim=-1) @ values
 
 
-cross_from_parts = SpotTheBug(
-    "Spot the bug: cross-attention from notebook 06's layer",
-    "cross_attention(module, x, source, source_padding_mask) reuses the projections of notebook 06's "
-    "MultiHeadAttention (module.W_query, W_key, W_value, out_proj, num_heads, head_dim, d_out) as cross-attention: "
-    "queries from x, keys and values from source. It should return what a CrossAttention with those same weights "
-    "returns, computed with helpers.attention.scaled_dot_product_attention. This version, adapted from the layer's "
-    "own forward, runs and returns the right shape, but its answer is wrong. Find the bug and fix it.",
-    reference=_reference_cross,
-    cases=_module_cases,
-    hint=["Look at the weights of one query: which source tokens does it read with this mask, the real ones or "
-          "the padding?",
-          "helpers.attention.scaled_dot_product_attention and F.scaled_dot_product_attention read True in a mask "
-          "in opposite ways. Which one does this code call, and which way was its mask written?"],
-    solution=_solution_cross_attention,
-    buggy=buggy_cross_attention,
-    bug_message="the mask is True at the real source tokens: PyTorch's convention for F.scaled_dot_product_attention "
-                "(True = take part). helpers.attention.scaled_dot_product_attention reads True as hide, so every "
-                "query reads only the source's padding and none of its real tokens. Pass the padding mask itself, "
-                "True at the padding, on the key axis.",
+def _no_mask(queries, keys, values, source_padding_mask):
+    return torch.softmax(_scores(queries, keys), dim=-1) @ values
+
+
+padded_heads = SpotTheBug(
+    "Spot the bug: the padding mask meets several heads",
+    "padded_heads(queries, keys, values, source_padding_mask) should return the context vectors (B, H, T_q, D) of "
+    "multi-head cross-attention: queries (B, H, T_q, D) from the target, keys and values (B, H, T_k, D) from the "
+    "source, source_padding_mask (B, T_k) True at the source's padding, which no query of any head may read. This "
+    "code runs on the lesson's batch of 2 sequences with 2 heads and returns the right shape, yet it is wrong. "
+    "Find the bug and fix it. Any way of computing the answer is accepted (F.scaled_dot_product_attention "
+    "included, with its own mask convention).",
+    reference=_reference_heads,
+    cases=_heads_cases,
+    hint=["Print the shape of key_mask, then write the scores' shape under it, aligned on the right, as "
+          "broadcasting aligns them. Which axis of the scores does the batch axis of the mask meet?",
+          "Try a batch of 3 sequences with 2 heads: what happens, and why does a batch of 2 with 2 heads not "
+          "complain?"],
+    solution=_solution_padded_heads,
+    buggy=buggy_padded_heads,
+    bug_message="broadcasting aligns shapes from the right: key_mask (B, 1, T_k) meets the scores (B, H, T_q, T_k) "
+                "as (1, B, 1, T_k), so its batch axis lands on the heads. Head h of every sequence gets the "
+                "padding of sequence h: the wrong keys are hidden, silently whenever B equals H (and an error "
+                "otherwise). Section 2's scores had no head axis; here the mask needs one: (B, 1, 1, T_k).",
     mistakes=[
-        Mistake(_no_mask, "your function hides nothing: the queries now read the source's padding too. Keep the "
-                          "source padding mask, on the key axis."),
-        Mistake(_causal_kept, "your mask also keeps module.mask, notebook 06's causal mask: query i may then only "
-                              "read source tokens 0 to i. Cross-attention reads a source that is complete before any "
-                              "word is written; only the source's padding is hidden."),
+        Mistake(_zeroed_after_softmax, "you zero the padding's weights after the softmax: each row then sums to "
+                                       "less than 1, and the real tokens' weights still depend on the padding's "
+                                       "scores. Hide the padding before the softmax (-inf), or renormalise."),
+        Mistake(_inverted, "your mask hides the real source tokens and keeps the padding: True in "
+                           "source_padding_mask means padding, to be hidden (masked_fill hides where True)."),
+        Mistake(_no_mask, "your function hides nothing: every query reads the source's padding too."),
     ],
-    rules=[forbids("helpers.cross_attention.CrossAttention.forward",
-                   why="Compute the context vectors from the module's parts, as its forward does.")],
 )
