@@ -12,9 +12,15 @@ Run: .venv/bin/python benchmarks/sliders.py [--repeats 40] [--browser-latency bu
     Each next to the naive way, measured in the same run: `ipywidgets.interactive` (what `interact`
     builds) calling a function that makes a new pyplot figure and renders it the way the inline backend
     does (`plt.subplots`, `savefig(bbox_inches="tight")`, `plt.close`).
-(b) Browser: keypress -> new picture loaded in Chromium, from latency.json written by the browser tests
-    (tests/e2e/test_notebooks_in_lab.py: one arrow key on each slider of every notebook).
-Targets: (a) median <= 30 ms, (b) median <= 150 ms. Timings on a shared machine are noisy: re-run.
+(b) Transport: the same slider steps with the message the kernel sends built as ipykernel builds it (the
+    widget's state as JSON, the PNG as a binary buffer or as base64 text in that JSON), for both ways a
+    LiveFigure can deliver its picture (helpers/widgets.py: "image", the default, and "text", for front ends
+    without binary comm buffers), measured in the same run, interleaved: medians, the ratio text / image, and
+    the bytes per message.
+(c) Browser: keypress -> new picture loaded in Chromium, from latency.json written by the browser tests
+    (tests/e2e/test_notebooks_in_lab.py: one arrow key on each slider of every notebook with the image
+    transport, and of one notebook with the text transport), per transport.
+Targets: (a) median <= 30 ms, (c) median <= 150 ms. Timings on a shared machine are noisy: re-run.
 """
 
 from __future__ import annotations
@@ -30,7 +36,9 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import comm  # noqa: E402
 import matplotlib  # noqa: E402
+from jupyter_client.session import json_packer  # noqa: E402
 
 matplotlib.use("agg")
 import ipywidgets as widgets  # noqa: E402
@@ -44,13 +52,29 @@ from helpers.widgets import LiveFigure, float_slider  # noqa: E402
 TARGET_PYTHON_MS, TARGET_BROWSER_MS = 30.0, 150.0
 
 
+class _WireComm(comm.DummyComm):
+    """A comm that builds each message as ipykernel would (JSON text + binary buffers) and counts its bytes.
+
+    Without a kernel, ipywidgets sends through a DummyComm that drops messages unbuilt: this one makes the
+    transport's cost part of what is timed."""
+
+    sent_bytes: list[int] = []
+
+    def publish_msg(self, msg_type, data=None, metadata=None, buffers=None, **keys):
+        text = json_packer({"comm_id": self.comm_id, "data": data or {}, "metadata": metadata or {}})
+        _WireComm.sent_bytes.append(len(text) + sum(memoryview(b).nbytes for b in (buffers or [])))
+
+
+comm.create_comm = _WireComm  # ipywidgets looks it up on every new widget
+
+
 def _weights(num_heads: int, num_tokens: int, temperature: float) -> torch.Tensor:
     generator = torch.Generator().manual_seed(123)
     scores = torch.randn(num_heads, num_tokens, num_tokens, generator=generator)  # (H, T, T)
     return (scores / temperature).softmax(dim=-1)
 
 
-def head_grid_live(labels):
+def head_grid_live(labels, transport=None):
     fig = CourseFigure(figsize=(12, 5.6), layout="constrained")
     axes = fig.subplot_mosaic([["h0", "h1", "big"], ["h2", "h3", "big"]], width_ratios=[1, 1, 1.7])
     start = _weights(4, len(labels), 1.0)
@@ -66,7 +90,7 @@ def head_grid_live(labels):
         big.update(weights[0], title=f"head 0 at T = {temperature:.1f}")
         big.outline_row(3)
 
-    return LiveFigure(fig, redraw, {"temperature": float_slider("T", 1.0, 0.1, 5.0, 0.1)})
+    return LiveFigure(fig, redraw, {"temperature": float_slider("T", 1.0, 0.1, 5.0, 0.1)}, transport=transport)
 
 
 def head_grid_naive(labels, temperature):
@@ -81,7 +105,7 @@ def head_grid_naive(labels, temperature):
     return fig
 
 
-def pair_live(labels):
+def pair_live(labels, transport=None):
     fig = new_figure(10, 4.2, ncols=2)
     start = _weights(1, len(labels), 1.0)[0]
     bars = Bars(fig.axes[0], start[0], labels, ylim=(0, 1.1), annotate=True, reference=1 / len(labels))
@@ -92,7 +116,7 @@ def pair_live(labels):
         bars.update(weights[0], highlight=0, title=f"query 0 at T = {temperature:.1f}")
         heatmap.update(weights, title=f"all queries at T = {temperature:.1f}")
 
-    return LiveFigure(fig, redraw, {"temperature": float_slider("T", 1.0, 0.1, 5.0, 0.1)})
+    return LiveFigure(fig, redraw, {"temperature": float_slider("T", 1.0, 0.1, 5.0, 0.1)}, transport=transport)
 
 
 def pair_naive(labels, temperature):
@@ -168,8 +192,13 @@ def main() -> None:
     print(f"  target: median <= {TARGET_PYTHON_MS:.0f} ms -> {'met' if worst <= TARGET_PYTHON_MS else 'NOT met'} "
           f"(largest median {worst:.1f} ms)")
 
+    print(f"(b) transport of one slider step, message built as the kernel sends it, {args.repeats} steps each, "
+          "interleaved")
+    for name, live_builder, _, labels in cases:
+        _transport_comparison(name, live_builder, labels, args.repeats)
+
     path = Path(args.browser_latency)
-    print(f"(b) Chromium, slider keypress -> new picture loaded ({path})")
+    print(f"(c) Chromium, slider keypress -> new picture loaded ({path})")
     if not path.exists():
         print("    no measurements yet: run `make e2e` (or `make test`) first, then this again")
         return
@@ -177,10 +206,46 @@ def main() -> None:
     summary = data["summary"]
     print(f"    median {summary['median_ms']:.0f} ms   p95 {summary['p95_ms']:.0f} ms   max {summary['max_ms']:.0f} ms   "
           f"over {summary['count']} slider steps in {len({r['notebook'] for r in data['records']})} notebooks")
+    for transport in ("image", "text"):
+        records = [r for r in data["records"] if r.get("transport", "image") == transport]
+        if records:
+            shown = sorted(r["picture_ms"] for r in records)
+            notebooks = sorted({r["notebook"] for r in records})
+            same = [r["picture_ms"] for r in data["records"]
+                    if r["notebook"] in notebooks and r.get("transport", "image") != transport]
+            other = f"; the other transport on the same notebook(s): median {statistics.median(same):.0f} ms" \
+                if same else ""
+            print(f"    transport {transport}: median {statistics.median(shown):.0f} ms over {len(shown)} steps "
+                  f"({', '.join(notebooks) if len(notebooks) <= 2 else f'{len(notebooks)} notebooks'}){other}")
     for record in data["records"]:
         print(f"      {record['notebook']:<40} {record['control'][:28]:<28} {record['picture_ms']:6.0f} ms")
     print(f"  target: median <= {TARGET_BROWSER_MS:.0f} ms -> "
           f"{'met' if summary['median_ms'] <= TARGET_BROWSER_MS else 'NOT met'}")
+
+
+def _transport_comparison(name: str, builder, labels, repeats: int) -> None:
+    """Both transports on the same figure, steps interleaved so that both see the same machine load."""
+    lives = {transport: builder(labels, transport=transport) for transport in ("image", "text")}
+    values = [round(0.1 + 0.1 * (i % 49), 1) for i in range(1, repeats + 2)]
+    times = {transport: [] for transport in lives}
+    sizes = {transport: [] for transport in lives}
+    for value in values:
+        for transport, live in lives.items():
+            slider = live.controls["temperature"]
+            if value == slider.value:
+                continue
+            _WireComm.sent_bytes.clear()
+            start = time.perf_counter()
+            slider.value = value
+            times[transport].append((time.perf_counter() - start) * 1000)
+            sizes[transport].append(sum(_WireComm.sent_bytes))
+    (image_median, image_p95), (text_median, text_p95) = _stats(times["image"]), _stats(times["text"])
+    print(f"  {name}")
+    for transport, (median, p95) in (("image", (image_median, image_p95)), ("text", (text_median, text_p95))):
+        print(f"    transport {transport:<5}  median {median:6.1f} ms   p95 {p95:6.1f} ms   "
+              f"{statistics.median(sizes[transport]) / 1024:6.1f} KiB per step")
+    print(f"    ratio text / image: {text_median / image_median:.2f} (time), "
+          f"{statistics.median(sizes['text']) / statistics.median(sizes['image']):.2f} (bytes)")
 
 
 if __name__ == "__main__":
