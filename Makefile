@@ -1,7 +1,10 @@
 # Two commands do everything, from a fresh clone:
-#   make lab    set up, then open the course in JupyterLab
-#   make test   set up, then run the whole test suite: unit tests + strict nbval, the browser tests in
-#               headless Chromium, then the same course on a Colab-like stack (scripts/colab_stack.py)
+#   make lab    set up what learning needs (the course, JupyterLab; no test tools), then open the course
+#   make test   set up everything (test tools too), then run the whole test suite: unit tests + strict nbval,
+#               the browser tests in headless Chromium, then the same course on a Colab-like stack
+#               (scripts/colab_stack.py)
+# For instructors (README, "For instructors"): student (student copies of the notebooks), withheld (the package
+# without model answers), grade SUBMISSIONS=... (run and grade submitted notebooks).
 # Other targets: setup, notebooks (refresh stored outputs), e2e (browser tests only),
 # screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), lock, clean.
 
@@ -9,6 +12,8 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# What learning needs only (make lab): the course and JupyterLab, no test tools.
+LAB_STAMP := $(VENV)/.installed-lab
 # Optional package index for torch, e.g. https://download.pytorch.org/whl/cpu on a
 # CPU-only CI runner that has no local CPU wheel (see README, "Run the tests in your CI").
 TORCH_INDEX ?=
@@ -27,7 +32,7 @@ define run_e2e
 	if [ $$status -eq 0 ]; then $(2) $(E2E_PYTEST) $(1); elif [ $$status -ne 3 ]; then exit $$status; fi
 endef
 
-.PHONY: setup lab test notebooks e2e screenshot benchmark lock clean
+.PHONY: setup lab test notebooks e2e screenshot benchmark lock clean student withheld grade
 
 # The exact versions of requirements-lock.txt (what the stored outputs were made with); pyproject.toml
 # itself only states the ranges the code supports.
@@ -35,13 +40,20 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 	$(BIN)/pip install -c requirements-lock.txt -e ".[test,lab]"
-	touch $(STAMP)
+	touch $(STAMP) $(LAB_STAMP)
+
+# make lab: the same exact versions, without the test tools (nbval, pytest, Playwright).
+$(LAB_STAMP): pyproject.toml requirements-lock.txt
+	$(PYTHON) -m venv $(VENV)
+	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
+	$(BIN)/pip install -c requirements-lock.txt -e ".[lab]"
+	touch $(LAB_STAMP)
 
 setup: $(STAMP)
 
 # Token authentication stays on (JupyterLab's default): open the URL with ?token=... it prints.
 # scripts/jupyter_server_config.py: notebooks open unmodified on any Python (see the file).
-lab: setup
+lab: $(LAB_STAMP)
 	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
 	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
@@ -81,6 +93,23 @@ benchmark: setup
 # Rewrite requirements-lock.txt from the packages installed in .venv (after an upgrade made on purpose).
 lock: setup
 	$(BIN)/python scripts/lock.py
+
+# Student copies of the notebooks in build/student/: the answers to "Predict ..." prompts and the exercise outputs
+# cleared, everything else kept; the course's notebooks are not changed (scripts/student.py, standard library only).
+student:
+	$(PYTHON) scripts/student.py --out build/student
+
+# The course's package without model answers in build/withheld/ (pip install build/withheld); .solution() says the
+# instructor withheld them. A convenience, not a secret: the source is public (scripts/withhold_solutions.py).
+withheld:
+	$(PYTHON) scripts/withhold_solutions.py --out build/withheld
+
+# Run and grade submitted notebooks: make grade SUBMISSIONS=path/to/class [GRADE_TIMEOUT=300]; the table is printed
+# and written to build/grades.csv (scripts/grade.py: what it isolates and what it does not).
+GRADE_TIMEOUT ?= 300
+grade: $(LAB_STAMP)
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-notebooks [GRADE_TIMEOUT=300]"; exit 2; }
+	$(BIN)/python scripts/grade.py $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) --csv build/grades.csv
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
