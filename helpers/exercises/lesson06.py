@@ -26,6 +26,7 @@ from torch import nn
 from ..attention import scaled_dot_product_attention
 from ..masks import causal_mask
 from ..modules import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper
+from . import core as _core
 from ._inputs import randn
 from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug, _describe, _watching, forbids
 
@@ -288,7 +289,7 @@ class _ModuleExercise(FunctionExercise):
     """An exercise whose answer is an ``nn.Module`` class, checked against the course's ``MultiHeadAttention``."""
 
     def solution(self) -> None:
-        if getattr(__import__("helpers.exercises.core", fromlist=["SOLUTIONS_WITHHELD"]), "SOLUTIONS_WITHHELD", False):
+        if getattr(_core, "SOLUTIONS_WITHHELD", False):   # an instructor's copy: the parent prints why not
             return super().solution()
         print(f"A model answer for {self.title}:\n")
         source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
