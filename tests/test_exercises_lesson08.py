@@ -210,3 +210,17 @@ def test_there_is_a_non_spot_the_bug_exercise_and_one_spot_the_bug():
     kinds = [type(e).__name__ for e in exercises]
     assert kinds.count("SpotTheBug") == 1 and kinds.count("FunctionExercise") == 2
     assert "softmax" not in lesson08.positions_forward.task  # not another softmax-dimension bug
+
+
+def test_lock_steps_uses_irregular_checkpoint_steps():
+    """Steps that are not evenly spaced from 0: an answer that assumes step = index * every must fail."""
+    cases = lesson08._curves_cases(torch.Generator().manual_seed(0))
+    assert any(not torch.equal(c.args[1], torch.arange(len(c.args[1])) * (c.args[1][1] - c.args[1][0]))
+               for c in cases)
+
+    def assumes_even_steps(row_weights, steps):
+        stays = (row_weights > 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+        every = steps[1] - steps[0]
+        return torch.where(stays[-1], stays.int().argmax(dim=0) * every, -1)
+
+    assert lesson08.lock_steps.check(assumes_even_steps).status == "wrong"

@@ -37,7 +37,11 @@ def _curves_cases(g: torch.Generator) -> list[Case]:
     row_weights[:, 4] = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 0.48, 0.49, 0.6, 0.3])   # lost at the end
     early = Case("9 checkpoints every 10 steps, 5 rows, one locked from step 0, one that falls at the end",
                  (row_weights, steps))
-    return [dips, smooth, early]
+    row_weights, _ = curves(7, 4, 1)
+    row_weights[:, 3] = torch.tensor([0.7, 0.8, 0.9, 0.4, 0.6, 0.7, 0.9])   # locked early, dips, locks again
+    irregular = Case("7 checkpoints at the irregular steps 5, 6, 9, 20, 21, 50, 64 (none at 0), 4 rows",
+                     (row_weights, torch.tensor([5, 6, 9, 20, 21, 50, 64])))
+    return [dips, smooth, early, irregular]
 
 
 def _reference_lock_steps(row_weights, steps):
