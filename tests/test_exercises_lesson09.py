@@ -10,70 +10,86 @@ from helpers.exercises import lesson09
 from helpers.positions import apply_rope
 
 
-# --- 1. P_i . P_j from the distance --------------------------------------------------------------------------------
-def _similarity_by_outer_cos(num_tokens, d_in):
-    omega = torch.exp(-math.log(10000.0) * torch.arange(0, d_in, 2) / d_in)            # the same frequencies
-    distance = torch.arange(num_tokens).view(-1, 1, 1) - torch.arange(num_tokens).view(1, -1, 1)
-    return (distance * omega).cos().sum(-1)
-
-
-def _similarity_by_cos_identity_einsum(num_tokens, d_in):
-    omega = 10000.0 ** (-torch.arange(0, d_in, 2, dtype=torch.float64) / d_in)
-    angles = torch.arange(num_tokens, dtype=torch.float64)[:, None] * omega             # (T, d_in / 2)
-    # cos(a - b) = cos a cos b + sin a sin b, written with cosines only: sin x = cos(x - pi/2)
-    shifted = torch.cos(angles - math.pi / 2)
-    return (torch.einsum("ir,jr->ij", torch.cos(angles), torch.cos(angles))
-            + torch.einsum("ir,jr->ij", shifted, shifted)).float()
-
-
-def _similarity_with_angular_frequencies(num_tokens, d_in):
-    from helpers.positions import angular_frequencies     # the task says it may be used
+# --- 1. ALiBi weights ----------------------------------------------------------------------------------------------
+def _distance(num_tokens):
     positions = torch.arange(num_tokens)
-    return torch.cos((positions[None, :] - positions[:, None])[..., None] * angular_frequencies(d_in)).sum(-1)
+    return (positions[:, None] - positions[None, :]).float()          # i - j
 
 
-@pytest.mark.parametrize("answer", [_similarity_by_outer_cos, _similarity_by_cos_identity_einsum,
-                                    _similarity_with_angular_frequencies])
-def test_position_similarity_accepts_every_right_form(answer):
-    """Also a form that writes the frequencies as exp(-log(10000) * 2r / d_in), as the Annotated Transformer does."""
-    feedback = lesson09.position_similarity.check(answer)
+def _alibi_with_minus_1e9(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    biased = attn_scores - slopes.view(-1, 1, 1) * distance
+    return torch.softmax(biased.masked_fill(distance < 0, -1e9), dim=-1)   # a large negative instead of -inf
+
+
+def _alibi_with_triu_and_f_softmax(attn_scores, slopes):
+    num_tokens = attn_scores.shape[-1]
+    future = torch.ones(num_tokens, num_tokens, dtype=torch.bool).triu(1)
+    penalty = torch.einsum("h,ij->hij", slopes, _distance(num_tokens))
+    return torch.nn.functional.softmax((attn_scores - penalty).masked_fill(future, float("-inf")), dim=-1)
+
+
+def _alibi_through_sdpa_style_bias(attn_scores, slopes):
+    num_tokens = attn_scores.shape[-1]
+    bias = -slopes[:, None, None] * _distance(num_tokens).clamp(min=0)             # (H, T, T), 0 on the diagonal
+    bias = bias + torch.zeros(num_tokens, num_tokens).masked_fill(_distance(num_tokens) < 0, float("-inf"))
+    return torch.softmax(attn_scores + bias, dim=-1)
+
+
+@pytest.mark.parametrize("answer", [_alibi_with_minus_1e9, _alibi_with_triu_and_f_softmax,
+                                    _alibi_through_sdpa_style_bias])
+def test_alibi_accepts_every_right_form(answer):
+    feedback = lesson09.alibi_weights.check(answer)
     assert feedback.passed, feedback.message
 
 
-def _similarity_with_loop(num_tokens, d_in):
-    rows = []
-    for i in range(num_tokens):
-        rows.append(_similarity_by_outer_cos(num_tokens, d_in)[i])
-    return torch.stack(rows)
+def _alibi_sign_flipped(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    return torch.softmax((attn_scores + slopes.view(-1, 1, 1) * distance).masked_fill(distance < 0, float("-inf")), -1)
 
 
-def _similarity_building_p(num_tokens, d_in):
-    omega = 10000.0 ** (-torch.arange(0, d_in, 2) / d_in)
-    angles = torch.arange(num_tokens)[:, None] * omega
-    encoding = torch.stack((torch.sin(angles), torch.cos(angles)), -1).flatten(-2)
-    return encoding @ encoding.T
+def _alibi_bidirectional(attn_scores, slopes):
+    return torch.softmax(attn_scores - slopes.view(-1, 1, 1) * _distance(attn_scores.shape[-1]).abs(), dim=-1)
 
 
-def _similarity_via_helper(num_tokens, d_in):
-    import helpers
-    encoding = helpers.sinusoidal_positions(num_tokens, d_in)
-    return encoding @ encoding.T
+def _alibi_naive_softmax(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    exps = (attn_scores - slopes.view(-1, 1, 1) * distance).exp().masked_fill(distance < 0, 0.0)
+    return exps / exps.sum(dim=-1, keepdim=True)                        # no maximum subtracted
+
+
+def _alibi_row_mean_shift(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    biased = (attn_scores - slopes.view(-1, 1, 1) * distance).masked_fill(distance < 0, float("-inf"))
+    finite = biased.masked_fill(distance < 0, 0.0)
+    shifted = biased - finite.sum(-1, keepdim=True) / (distance >= 0).sum(-1)     # the row mean, not the maximum
+    exps = shifted.exp()
+    return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def _alibi_slopes_per_query(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    return torch.softmax((attn_scores - slopes[:, None] * distance).masked_fill(distance < 0, float("-inf")), -1)
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda T, d: _similarity_by_outer_cos(T, d) * 2, "Each PAIR"),
-    (lambda T, d: (((torch.arange(T).view(-1, 1, 1) + torch.arange(T).view(1, -1, 1))
-                    * 10000.0 ** (-torch.arange(0, d, 2) / d)).cos().sum(-1)), "i + j"),
-    (_similarity_with_loop, "no Python loop"),
-    (_similarity_building_p, "torch.sin"),
-    (_similarity_via_helper, "sinusoidal_positions"),
-    (lambda T, d: (((torch.arange(T).view(-1, 1, 1) - torch.arange(T).view(1, -1, 1))
-                    * 10000.0 ** (-torch.arange(0, d // 2) / d)).cos().sum(-1)), "-2r / d_in"),
-    (lambda T, d: _similarity_by_outer_cos(T, d).T[:, :-1], "shape"),
+    (_alibi_sign_flipped, "wrong sign"),
+    (_alibi_bidirectional, "keys after it"),
+    (_alibi_naive_softmax, "nan"),
+    (_alibi_row_mean_shift, None),
+    (_alibi_slopes_per_query, None),
 ])
-def test_position_similarity_rejects_wrong_answers(wrong, words):
-    feedback = lesson09.position_similarity.check(wrong)
-    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+def test_alibi_rejects_wrong_answers(wrong, words):
+    feedback = lesson09.alibi_weights.check(wrong)
+    assert feedback.status == "wrong", wrong.__name__
+    assert words is None or words in feedback.message, feedback.message
+
+
+def test_alibi_survives_inf_and_nan_answers():
+    for value in (float("nan"), float("inf")):
+        def flat(attn_scores, slopes, value=value):
+            return torch.full_like(attn_scores, value)
+        assert lesson09.alibi_weights.check(flat).status == "wrong"
 
 
 # --- 2. spot the bug: two pair layouts ----------------------------------------------------------------------------
@@ -117,15 +133,15 @@ def test_rope_attention_rejects_wrong_answers(wrong, words):
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-@pytest.mark.parametrize("exercise", [lesson09.position_similarity, lesson09.rope_attention])
+@pytest.mark.parametrize("exercise", [lesson09.alibi_weights, lesson09.rope_attention])
 def test_no_hint_gives_the_answer_away(exercise):
     solution_lines = {line.strip() for line in __import__("inspect").getsource(exercise._solution).splitlines()[1:]}
     for hint in exercise._hints:
         assert not any(line and line in hint for line in solution_lines if len(line) > 20), hint
 
 
-def test_position_similarity_allows_torch_cos_as_its_task_says():
-    assert "torch.cos is allowed" in lesson09.position_similarity.task
+def test_alibi_task_states_every_rule():
+    assert "Any PyTorch call is allowed" in lesson09.alibi_weights.task and not lesson09.alibi_weights.rules
 
 
 def test_the_shift_check_the_task_suggests_exposes_the_bug():

@@ -1,7 +1,7 @@
 """Exercises for notebook 09: positions.
 
-1. the dot product of two sinusoidal position vectors, from their distance alone (without building ``P``); a known
-   mistake is the classic one of frequencies off by a factor, ``10000 ** (-r / d)`` for ``10000 ** (-2r / d)``;
+1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
+   per-head penalty on the distance i - j;
 2. spot the bug: RoPE attention whose queries are turned with adjacent pairs and whose keys with the rotate-half
    layout, a real mistake when code from two sources meets; RoPE on the values is a named wrong answer.
 """
@@ -11,80 +11,98 @@ from __future__ import annotations
 import torch
 
 from ..attention import scaled_dot_product_attention
-from ..positions import apply_rope, sinusoidal_positions
+from ..positions import apply_rope
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["position_similarity", "rope_attention"]
-
-
-# --- 1. P_i . P_j from i - j ------------------------------------------------------------------------------------
-def _similarity_cases(g: torch.Generator) -> list[Case]:
-    return [Case("num_tokens=6, d_in=4", (6, 4)), Case("the lesson's sizes, num_tokens=64, d_in=32", (64, 32)),
-            Case("num_tokens=10, d_in=2 (one pair)", (10, 2))]
+__all__ = ["alibi_weights", "rope_attention"]
 
 
-def _reference_similarity(num_tokens, d_in):
-    encoding = sinusoidal_positions(num_tokens, d_in)             # (T, d_in)
-    return encoding @ encoding.T                                   # (T, d_in) @ (d_in, T) -> (T, T)
+# --- 1. ALiBi: positions as a penalty on the scores -------------------------------------------------------------
+def _alibi_cases(g: torch.Generator) -> list[Case]:
+    def case(description, num_heads, num_tokens, slopes, scale=1.0, shift=0.0):
+        scores = randn(g, num_heads, num_tokens, num_tokens, scale=scale) + shift
+        return Case(description, (scores, torch.tensor(slopes)))
+    return [case("2 heads, 5 tokens, slopes 0.5 and 0.25", 2, 5, [0.5, 0.25]),
+            case("3 heads, 3 tokens, slopes 1, 0.5 and 0.25", 3, 3, [1.0, 0.5, 0.25]),
+            case("1 head, 1 token", 1, 1, [1.0]),
+            case("4 heads, 7 tokens, slopes 1/2, 1/4, 1/8, 1/16, large scores (times 30)", 4, 7,
+                 [0.5, 0.25, 0.125, 0.0625], scale=30.0),
+            case("3 heads, 6 tokens, slopes 2, 0.3, 0 (no penalty), sharply peaked scores (times 100)", 3, 6,
+                 [2.0, 0.3, 0.0], scale=100.0),
+            case("2 heads, 9 tokens, slopes 0.7 and 0.05, scores all very negative (minus 1000)", 2, 9, [0.7, 0.05],
+                 shift=-1000.0)]
 
 
-def _solution_similarity(num_tokens, d_in):
-    r = torch.arange(d_in // 2)
-    omega = 10000.0 ** (-2 * r / d_in)                             # (d_in / 2,): one frequency per pair
+def _offsets(num_tokens: int) -> torch.Tensor:
     positions = torch.arange(num_tokens)
-    distance = positions[:, None] - positions[None, :]             # (T, T): i - j
-    # sin(a) sin(b) + cos(a) cos(b) = cos(a - b), once per pair
-    return torch.cos(distance[..., None] * omega).sum(dim=-1)      # (T, T, d_in / 2) -> (T, T)
+    return positions[:, None] - positions[None, :]                  # (T, T): i - j, how far key j lies behind i
 
 
-def _similarity_of_sum(num_tokens, d_in):
-    r = torch.arange(d_in // 2)
-    omega = 10000.0 ** (-2 * r / d_in)
+def _reference_alibi(attn_scores, slopes):
+    num_tokens = attn_scores.shape[-1]
+    distance = _offsets(num_tokens).to(attn_scores.dtype)
+    biased = attn_scores - slopes[:, None, None] * distance         # (H, T, T)
+    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
+
+
+def _solution_alibi(attn_scores, slopes):
+    num_tokens = attn_scores.shape[-1]
     positions = torch.arange(num_tokens)
-    return torch.cos((positions[:, None] + positions[None, :])[..., None] * omega).sum(dim=-1)
+    distance = positions[:, None] - positions[None, :]              # (T, T): i - j
+    biased = attn_scores - slopes[:, None, None] * distance         # (H, T, T): farther back, lower
+    future = distance < 0                                           # key j after query i
+    return torch.softmax(biased.masked_fill(future, float("-inf")), dim=-1)
 
 
-def _similarity_slow_exponent(num_tokens, d_in):
-    r = torch.arange(d_in // 2)
-    omega = 10000.0 ** (-r / d_in)
-    positions = torch.arange(num_tokens)
-    return torch.cos((positions[:, None] - positions[None, :])[..., None] * omega).sum(dim=-1)
+def _alibi_sign_flipped(attn_scores, slopes):
+    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
+    biased = attn_scores + slopes[:, None, None] * distance
+    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
 
 
-def _similarity_per_dimension(num_tokens, d_in):
-    r = torch.arange(d_in)
-    omega = 10000.0 ** (-2 * (r // 2) / d_in)
-    positions = torch.arange(num_tokens)
-    return torch.cos((positions[:, None] - positions[None, :])[..., None] * omega).sum(dim=-1)
+def _alibi_no_mask(attn_scores, slopes):
+    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
+    return torch.softmax(attn_scores - slopes[:, None, None] * distance.abs(), dim=-1)
 
 
-position_similarity = FunctionExercise(
-    "The dot product of two position vectors",
-    "write position_similarity(num_tokens, d_in): the (num_tokens, num_tokens) matrix of dot products P_i . P_j "
-    "of the sinusoidal position vectors, without building P (no torch.sin, no sinusoidal_positions) and without a "
-    "Python loop. torch.cos is allowed, and you may use angular_frequencies(d_in) for the omega_r.",
-    reference=_reference_similarity,
-    cases=_similarity_cases,
-    hint=["Write out one pair r of P_i . P_j: sin(i w) sin(j w) + cos(i w) cos(j w). Which trigonometric identity "
-          "turns that into a function of one angle?",
-          "Build the (T, T) distances i - j with broadcasting, then add a last dimension for the d_in / 2 "
-          "frequencies before you sum."],
-    solution=_solution_similarity,
+def _alibi_slopes_on_the_wrong_axis(attn_scores, slopes):
+    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
+    num_heads, num_tokens = slopes.shape[0], attn_scores.shape[-1]
+    if num_heads != num_tokens:
+        raise ValueError("only catches the square case")
+    biased = attn_scores - slopes[:, None] * distance               # slope per query row, not per head
+    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
+
+
+def _alibi_no_bias(attn_scores, slopes):
+    distance = _offsets(attn_scores.shape[-1])
+    return torch.softmax(attn_scores.masked_fill(distance < 0, float("-inf")), dim=-1)
+
+
+alibi_weights = FunctionExercise(
+    "ALiBi: positions as a penalty on the scores",
+    "write alibi_weights(attn_scores, slopes): attn_scores (H, T, T), already scaled, and slopes (H,), one slope "
+    "lambda_h per head. Return the causal attention weights (H, T, T) of ALiBi (Press et al. 2021): "
+    "softmax over j of s_ij - lambda_h (i - j), where key j may not come after query i. No position vectors, no "
+    "rotation: the penalty grows with how far key j lies behind query i. Any PyTorch call is allowed.",
+    reference=_reference_alibi,
+    cases=_alibi_cases,
+    hint=["Build the (T, T) table of i - j once, with broadcasting, then give it a head axis for the slopes.",
+          "Which entries of that table belong to keys in the future of the query, and what must the softmax give "
+          "them?"],
+    solution=_solution_alibi,
     mistakes=[
-        Mistake(_similarity_of_sum, "you used i + j. sin(a) sin(b) + cos(a) cos(b) is cos(a - b): the dot product "
-                                    "depends on the distance i - j."),
-        Mistake(_similarity_slow_exponent, "your frequencies are 10000^(-r / d_in): they fall off too slowly, only "
-                                           "to about 1/100, so the slow pairs turn far too fast. The exponent counts "
-                                           "dimensions, two per pair: omega_r = 10000^(-2r / d_in)."),
-        Mistake(_similarity_per_dimension, "you summed over all d_in dimensions, each with a cosine. Each PAIR "
-                                           "(a sine and a cosine column) gives one cosine: sum over the d_in / 2 "
-                                           "pairs."),
+        Mistake(_alibi_sign_flipped, "your penalty has the wrong sign: keys far behind the query get a bonus. ALiBi "
+                                     "subtracts lambda_h (i - j), so the score falls the farther back key j lies."),
+        Mistake(_alibi_no_mask, "every query also reads the keys after it: ALiBi here is causal (Press et al. "
+                                "apply it to a causal language model). Hide the keys with j > i before the softmax."),
+        Mistake(_alibi_slopes_on_the_wrong_axis, "the slopes meet the query axis, not the head axis: slopes has "
+                                                 "shape (H,), the scores (H, T, T); give the slopes two trailing "
+                                                 "axes, (H, 1, 1), so each head gets its own."),
+        Mistake(_alibi_no_bias, "your weights are causal but carry no penalty: subtract lambda_h (i - j) from each "
+                                "score first."),
     ],
-    atol=1e-3,
-    rules=[no_loops(), forbids("torch.sin", "torch.Tensor.sin", "helpers.positions.sinusoidal_positions",
-                               "helpers.sinusoidal_positions",
-                               why="Use the identity: one cosine of the distance per pair.")],
 )
 
 
@@ -159,7 +177,7 @@ rope_attention = SpotTheBug(
     cases=_qkv_cases,
     hint=["Run the code with positions 0..T-1 and again with positions 10..T+9 (the positions argument of "
           "apply_rope): the outputs change, so the scores depend on more than j - i. Which step broke the proof "
-          "s_ij = q^T R_{j-i} k?",
+          "s_ij = q . (R_{j-i} k)?",
           "The proof needs R_i and R_j to be rotations of the same kind: pair r of the query and pair r of the "
           "key made of the same two dimensions. Are they here?",
           "Compare the calls that turn the queries and the keys, argument by argument."],
