@@ -1,7 +1,7 @@
-"""Dropout on the attention weights, as a picture: A ⊙ (m / (1 - p)) = Ã, and the row sums of Ã.
+"""Dropout on the attention weights, as a picture: A ⊙ (keep / (1 - p)) = Ã, and the row sums of Ã.
 
 Drawn from the tensors themselves (their size and values), so the picture always shows the shapes and the draw the
-lesson computed. The middle grid is the factor the code multiplies by, m / (1 - p), so the picture reads the way the
+lesson computed. The middle grid is the factor the code multiplies by, keep / (1 - p), so the picture reads the way the
 formula and the code are written.
 """
 
@@ -18,7 +18,7 @@ from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
 __all__ = ["dropout_diagram"]
 
 _DROPPED = "#ffffff"   # a weight that dropout removed (shown white, with a red cross)
-_KEEP = "#a1d99b"      # m = 1: the factor 1 / (1 - p)
+_KEEP = "#a1d99b"      # keep = 1: the factor 1 / (1 - p)
 _SUMS = "#fff7bc"      # the row sums of Ã (a lighter shade of the weights' colour)
 _CROSS = "#d62728"
 _ON_GREY = "#252525"   # text on the grey future cells: dark, so it stays readable
@@ -31,7 +31,7 @@ def _cross(ax, x: float, y: float) -> None:
 
 
 def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) -> CourseFigure:
-    """``A ⊙ (m / (1 - p)) = Ã``, then each row of Ã summed: three ``(T, T)`` grids and a ``(T, 1)`` column.
+    """``A ⊙ (keep / (1 - p)) = Ã``, then each row of Ã summed: three ``(T, T)`` grids and a ``(T, 1)`` column.
 
     ``attn_weights``: ``(T, T)`` causal weights (zeros above the diagonal); ``keep``: ``(T, T)`` bool, True where
     a weight survives; ``p``: the dropout probability the draw used. Future cells (the causal mask) are grey in
@@ -63,20 +63,20 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
 
     tensor_grid(ax, a_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="A (weights)",
                 shape_text=shape, hidden=hidden, values=text(weights, lambda v: f"{float(v):.2f}"), fontsize=_FONT)
-    tensor_grid(ax, m_x, top, num_tokens, num_tokens, color=_KEEP, name="m / (1 - p)",
+    tensor_grid(ax, m_x, top, num_tokens, num_tokens, color=_KEEP, name="keep / (1 - p)",
                 shape_text=f"{factor:g} with probability 1 - p = {1 - p:g}, else 0", hidden=hidden,
                 values=text(keep, lambda v: f"{factor:g}" if bool(v) else "0"), fontsize=_FONT)
     for i, j in hidden:  # a coin is flipped for every cell; above the diagonal it multiplies a 0
         ax.text(m_x + j + 0.5, top + i + 0.5, f"{factor:g}" if bool(keep[i, j]) else "0", ha="center",
                 va="center", fontsize=_FONT * 0.8, color=_ON_GREY)
-    dropped_weights = weights * (keep / (1 - p))  # the order the code uses: A * (m / (1 - p))
+    dropped_weights = weights * (keep / (1 - p))  # the order the code uses: A * (keep / (1 - p))
     shown = text(dropped_weights, lambda v: f"{float(v):.2f}")
     dropped_cells = (~keep & ~future).nonzero().tolist()
     for i, j in dropped_cells:
         shown[i][j] = ""  # crossed out below instead
     tensor_grid(ax, out_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="Ã (A after dropout)",
                 shape_text=shape, hidden=hidden, values=shown, fontsize=_FONT)
-    for i, j in dropped_cells:  # white where m = 0; crossed out in the result, where the weight is now 0
+    for i, j in dropped_cells:  # white where keep = 0; crossed out in the result, where the weight is now 0
         for x in (m_x, out_x):
             ax.add_patch(Rectangle((x + j, top + i), 1, 1, facecolor=_DROPPED, edgecolor="#525252", linewidth=0.8))
         _cross(ax, out_x + j, top + i)
@@ -92,7 +92,7 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
                Line2D([], [], marker="x", markersize=9, markeredgewidth=1.4, color=_CROSS, linestyle="none"))
     ax.legend(handles=[Patch(facecolor=PALETTE["mask"], edgecolor="#525252"), crossed],
               labels=["future: a = 0 (causal mask), so it stays 0 whatever the coin flip",
-                      "dropped by this draw (m = 0): the weight becomes 0"],
+                      "dropped by this draw (keep = 0): the weight becomes 0"],
               loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False, fontsize=10)
     # Whole pixels at 100 dpi, so the figure's size prints the same everywhere.
     fig.set_size_inches(round(fig.get_figwidth() * 100) / 100, round(fig.get_figheight() * 100) / 100)
