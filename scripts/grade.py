@@ -51,7 +51,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECK_CALL = re.compile(r"\b(lesson\d\d)\.(\w+)\.check\(")
-RECORD_FILE, RESULT_FILE, KERNEL_PID_FILE = "checks.jsonl", "cells.json", "kernel.pid"
+RECORD_FILE, RESULT_FILE = "checks.jsonl", "cells.json"
 PASSED, NOT_ATTEMPTED = "passed", "not attempted"
 
 
@@ -96,9 +96,8 @@ def run_one(notebook_path: Path, timeout: float, max_output: int) -> None:
 
         async def async_start_new_kernel(self, **kwargs):
             await super().async_start_new_kernel(**kwargs)
-            process = getattr(getattr(self.km, "provisioner", None), "process", None)
-            if process is not None:  # so that the grader can kill the kernel too if this process is killed
-                Path(KERNEL_PID_FILE).write_text(str(process.pid))
+            # Kept in memory, never in a file the student's code could rewrite: the pid to kill on SIGTERM.
+            kernels.append(getattr(getattr(self.km, "provisioner", None), "process", None))
 
         def output(self, outs, msg, display_id, cell_index):
             size = len(json.dumps(msg.get("content", {})))
@@ -108,6 +107,17 @@ def run_one(notebook_path: Path, timeout: float, max_output: int) -> None:
             self.kept += size
             return super().output(outs, msg, display_id, cell_index)
 
+    kernels: list = []
+
+    def stop(signum, frame):  # the grader's time limit: take the kernel (its own process group) down too
+        for process in filter(None, kernels):
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except OSError:
+                process.kill()
+        os._exit(124)
+
+    signal.signal(signal.SIGTERM, stop)
     folder = notebook_path.parent
     notebook = nbformat.read(notebook_path, as_version=4)
     client = Client(notebook, timeout=max(1, int(timeout)), allow_errors=True, kernel_name="grading",
@@ -187,23 +197,19 @@ def _environment(folder: Path) -> dict[str, str]:
     }
 
 
-def _kill(process: subprocess.Popen, folder: Path) -> None:
-    pid_file = folder / KERNEL_PID_FILE
-    pids = [process.pid]
-    if pid_file.exists():
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to a worker still running (it kills its kernel, then exits); SIGKILL if it does not within 5 s."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        if process.poll() is not None:
+            return
         try:
-            pids.append(int(pid_file.read_text()))
-        except ValueError:
+            os.killpg(process.pid, sig)  # the worker leads its own process group (start_new_session)
+        except OSError:
             pass
-    for pid in pids:  # each is the leader of its own process group (start_new_session)
         try:
-            os.killpg(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
             pass
-    try:
-        process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _one_line(message: str) -> str:
@@ -245,7 +251,7 @@ def grade_one(submission: Submission, exercises: dict[str, list[str]], timeout: 
                 except subprocess.TimeoutExpired:
                     timed_out = True
                 finally:
-                    _kill(process, folder)
+                    _stop(process)
             cells = json.loads((folder / RESULT_FILE).read_text()) if (folder / RESULT_FILE).exists() else None
             records = []
             if (folder / RECORD_FILE).exists():

@@ -117,3 +117,13 @@ def test_submissions_are_found_as_files_student_folders_and_class_folders(tmp_pa
     assert grade.lesson_of(Path("04_causal_attention.ipynb"), {"cells": []}) == "lesson04"
     cells = {"cells": [{"cell_type": "code", "source": "lesson07.merge_states.check(f)"}]}
     assert grade.lesson_of(Path("renamed.ipynb"), cells) == "lesson07"
+
+
+def test_a_worker_past_the_limit_is_stopped_with_its_process_group():
+    import subprocess
+    import time
+    worker = subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"],
+                              start_new_session=True)
+    started = time.monotonic()
+    grade._stop(worker)
+    assert worker.poll() is not None and time.monotonic() - started < 12
