@@ -129,13 +129,13 @@ influence = FunctionExercise(
           "the features so that one True/False is left per output row."],
     solution=_solution_influence,
     mistakes=[
-        Mistake(lambda attention, inputs: _solution_influence(attention, inputs).T,
+        Mistake(lambda attention, inputs: _reference_influence(attention, inputs).T,
                 "rows and columns are swapped: row i is output i, column j the token you changed. A causal layer "
                 "has nothing ABOVE the diagonal."),
         Mistake(_changes_from_j_on,
                 "column j should say whether output i depends on token j alone, but you changed token j and every "
                 "token after it. Change one token at a time."),
-        Mistake(lambda attention, inputs: _solution_influence(attention, inputs)
+        Mistake(lambda attention, inputs: _reference_influence(attention, inputs)
                 & _causal_mask(inputs.shape[1]),
                 "your matrix is False on and below the diagonal, but output i depends on token i and the tokens "
                 "before it: fill in the whole matrix, not only the future."),
