@@ -94,11 +94,10 @@ except ModuleNotFoundError as missing:
     print(f"Installed the course's helpers package from {source}.")
 '''
 
-NO_ADDRESS = ("This notebook needs the course's `helpers` package, which is not installed here, and the course "
-              "does not name a public address to install it from yet. Download or clone the whole course, run "
-              "`pip install .` in its folder (or `make lab`, which also starts Jupyter), and open this notebook "
-              "from the course's `notebooks` folder. (Maintainers: set Repository under [project.urls] in "
-              "pyproject.toml and run `python scripts/colab_setup.py --write`.)")
+# What a learner reads; what maintainers do about it (name the public address) is in the README.
+NO_ADDRESS = ("This notebook needs the course's `helpers` package, which is not installed here. Download or "
+              "clone the whole course, run `pip install .` in its folder (or `make lab`, which also starts "
+              "Jupyter), and open this notebook from the course's `notebooks` folder.")
 
 NO_TORCH = ("This course needs PyTorch, which is not installed here. Install it first "
             "(https://pytorch.org/get-started/locally/; the CPU build is enough), then run this cell again.")
