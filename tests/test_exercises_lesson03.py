@@ -10,7 +10,7 @@ import torch
 
 from helpers.exercises import lesson03
 
-EXERCISES = [lesson03.shapes, lesson03.query_key_matrix, lesson03.cross_attention]
+EXERCISES = [lesson03.query_key_matrix, lesson03.gpt2_weights]
 
 
 def placeholder(*args):
@@ -27,54 +27,12 @@ def test_model_answer_passes_and_placeholder_is_not_done(exercise):
 @pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.title)
 def test_hints_do_not_hold_the_answer(exercise):
     hints = " ".join(exercise._hints)
-    for answer in ("transpose(-2, -1)", "transpose(-1, -2)", "inputs @ W", "x_kv @ W_value", "(num_tokens, num_tokens)",
-                   "mT", "keys.shape[-1]", "W_key.T", "W_k^T", "W_kᵀ", "W_q W_k", "@ W_key", "x_q @ W_value"):
+    for answer in ("transpose(", "inputs @ W", ".mT", "keys.shape[-1]", "W_key.T", "W_k^T", "W_kᵀ", "W_q W_k",
+                   "@ W_key", ".T)", ".T\n", ".t()", "permute", "copy_(W_query.", "split(d_out"):
         assert answer not in hints
 
 
-# --- 1. shapes (cross-attention over a batch) --------------------------------------------------------
-def test_shapes_accepts_torch_size_and_names_a_list():
-    def with_sizes(*sizes):
-        return tuple(torch.Size(s) for s in lesson03._solution_shapes(*sizes))
-    assert lesson03.shapes.check(with_sizes).passed
-
-    def as_lists(*sizes):
-        return list(lesson03._solution_shapes(*sizes))
-    feedback = lesson03.shapes.check(as_lists)
-    assert not feedback and "tuple" in feedback.message
-
-
-def _shapes(q, k, v, s, a, z):
-    """A wrong answer built from size names: B, Tq, Tkv, d_in, d_k, d_v."""
-    def answer(b, tq, tkv, d_in, d_k, d_v):
-        sizes = {"B": b, "Tq": tq, "Tkv": tkv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
-        return tuple(tuple(sizes[n] for n in dims.split()) for dims in (q, k, v, s, a, z))
-    return answer
-
-
-@pytest.mark.parametrize("wrong, words", [
-    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tq", "B Tq Tq", "B Tq d_v"), "with each other"),
-    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tkv Tq", "B Tkv Tq", "B Tq d_v"), "transposed"),
-    (_shapes("B Tq d_k", "B Tq d_k", "B Tq d_v", "B Tq Tq", "B Tq Tq", "B Tq d_v"), "looked up"),
-    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tkv d_v"), "who receives"),
-    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_k"), "width of the keys"),
-    (_shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_k", "B Tq Tkv", "B Tq Tkv", "B Tq d_k"), "own width"),
-    (_shapes("Tq d_k", "Tkv d_k", "Tkv d_v", "Tq Tkv", "Tq Tkv", "Tq d_v"), "batch dimension"),
-    (_shapes("d_in d_k", "d_in d_k", "d_in d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v"), "weight matrix"),
-])
-def test_shapes_names_the_plausible_mistakes(wrong, words):
-    feedback = lesson03.shapes.check(wrong)
-    assert not feedback and words in feedback.message.lower(), feedback.message
-
-
-def test_shapes_catches_swaps_that_only_show_when_sizes_differ():
-    for wrong in (_shapes("B Tq d_k", "B Tkv d_v", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v"),
-                  _shapes("B Tq d_k", "B Tkv d_k", "B Tkv d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_in"),
-                  _shapes("Tq B d_k", "Tkv B d_k", "Tkv B d_v", "B Tq Tkv", "B Tq Tkv", "B Tq d_v")):
-        assert not lesson03.shapes.check(wrong)
-
-
-# --- 2. one matrix behind the scores ----------------------------------------------------------------------
+# --- 1. one matrix behind the scores ----------------------------------------------------------------------
 def test_query_key_matrix_gives_the_lesson_scores():
     """W_qk from the model answer reproduces S / sqrt(d_k) of the lesson's journey example, and is not symmetric."""
     import helpers
@@ -118,41 +76,189 @@ def test_query_key_matrix_names_a_matmul_that_cannot_run():
     assert not feedback and "raised" in feedback.message
 
 
-# --- 3. cross-attention
-# (reading a notebook global is tested once, in tests/test_exercises.py)
+# --- 2. spot the bug: loading GPT-2's weights ----------------------------------------------------------------
+import helpers  # noqa: E402
+from torch import nn  # noqa: E402
+
+GPT2 = lesson03.gpt2_weights
 
 
-def test_cross_attention_text_does_not_point_at_the_bug():
-    task = lesson03.cross_attention.task
-    for giveaway in ("same length", "lengths differ", "different length", "x_q @ W_value", "values"):
-        assert giveaway not in task.replace("keys and values", ""), giveaway
+def _sizes(c_attn_weight):
+    return c_attn_weight.shape[0], c_attn_weight.shape[1] // 3
 
 
-def test_cross_attention_bug_is_named():
-    feedback = lesson03.cross_attention.check(lesson03.buggy_cross_attention)
-    assert not feedback and "different lengths" in feedback.message
+def _transpose_first(x, c_attn_weight):
+    """Right: transpose the whole matrix once, then cut its rows into three (d_out, d_in) weights."""
+    d_in, d_out = _sizes(c_attn_weight)
+    attention = lesson03.SelfAttention_v2(d_in, d_out)
+    with torch.no_grad():
+        for layer, block in zip((attention.W_query, attention.W_key, attention.W_value),
+                                c_attn_weight.T.split(d_out, dim=0)):
+            layer.weight.copy_(block)
+    return attention(x).detach()
+
+
+def _assign_parameters(x, c_attn_weight):
+    """Right: Raschka's chapter-5 style, new nn.Parameter objects from chunks of the last dimension."""
+    d_in, d_out = _sizes(c_attn_weight)
+    attention = lesson03.SelfAttention_v2(d_in, d_out)
+    q_w, k_w, v_w = torch.chunk(c_attn_weight, 3, dim=-1)
+    attention.W_query.weight = nn.Parameter(q_w.t().contiguous())
+    attention.W_key.weight = nn.Parameter(k_w.t().contiguous())
+    attention.W_value.weight = nn.Parameter(v_w.t().contiguous())
+    return attention(x)
+
+
+def _no_module(x, c_attn_weight):
+    """Right: no module at all, the course's function on the three projections."""
+    queries, keys, values = (x @ c_attn_weight).chunk(3, dim=-1)
+    return helpers.scaled_dot_product_attention(queries, keys, values)[0]
+
+
+def _own_stable_softmax(x, c_attn_weight):
+    """Right: everything by hand, with a softmax that subtracts the row maximum."""
+    d_out = c_attn_weight.shape[1] // 3
+    queries, keys, values = (x @ c_attn_weight[:, i * d_out:(i + 1) * d_out] for i in range(3))
+    scores = queries @ keys.T / math.sqrt(d_out)
+    exps = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+    return exps / exps.sum(dim=-1, keepdim=True) @ values
+
+
+def _functional_linear(x, c_attn_weight):
+    """Right: F.linear takes a (d_out, d_in) weight, as nn.Linear stores it."""
+    W_query, W_key, W_value = c_attn_weight.split(c_attn_weight.shape[1] // 3, dim=1)
+    project = [torch.nn.functional.linear(x, w.mT) for w in (W_query, W_key, W_value)]
+    return torch.nn.functional.scaled_dot_product_attention(*(p.unsqueeze(0) for p in project))[0]
+
+
+@pytest.mark.parametrize("right", [lesson03._solution_gpt2_self_attention, _transpose_first, _assign_parameters,
+                                   _no_module, _own_stable_softmax, _functional_linear])
+def test_gpt2_weights_accepts_right_answers_in_several_styles(right):
+    feedback = GPT2.check(right)
+    assert feedback.passed, feedback.message
+
+
+def _reshaped_not_transposed(x, c_attn_weight):
+    d_in, d_out = _sizes(c_attn_weight)
+    attention = lesson03.SelfAttention_v2(d_in, d_out)
+    with torch.no_grad():
+        for layer, block in zip((attention.W_query, attention.W_key, attention.W_value),
+                                c_attn_weight.split(d_out, dim=1)):
+            layer.weight.copy_(block.reshape(d_out, d_in))
+        return attention(x)
+
+
+def _transposed_twice(x, c_attn_weight):
+    d_in, d_out = _sizes(c_attn_weight)
+    attention = lesson03.SelfAttention_v2(d_in, d_out)
+    with torch.no_grad():
+        for layer, block in zip((attention.W_query, attention.W_key, attention.W_value),
+                                c_attn_weight.T.split(d_out, dim=0)):
+            layer.weight.copy_(block.T)
+        return attention(x)
+
+
+def _swapped_query_key(x, c_attn_weight):
+    W_key, W_query, W_value = c_attn_weight.split(c_attn_weight.shape[1] // 3, dim=1)
+    return helpers.scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
+
+
+def _cut_rows(x, c_attn_weight):
+    d_in, d_out = _sizes(c_attn_weight)
+    W_query, W_key, W_value = c_attn_weight.view(3, d_in, d_out)
+    return helpers.scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
+
+
+def _keys_from_query_block(x, c_attn_weight):
+    W_query, _, W_value = c_attn_weight.split(c_attn_weight.shape[1] // 3, dim=1)
+    return helpers.scaled_dot_product_attention(x @ W_query, x @ W_query, x @ W_value)[0]
+
+
+def _naive_softmax(x, c_attn_weight):
+    queries, keys, values = (x @ c_attn_weight).chunk(3, dim=-1)
+    exps = torch.exp(queries @ keys.T / math.sqrt(keys.shape[-1]))  # overflows once the scores are large
+    return exps / exps.sum(dim=-1, keepdim=True) @ values
+
+
+def _softmax_over_queries(x, c_attn_weight):
+    queries, keys, values = (x @ c_attn_weight).chunk(3, dim=-1)
+    return torch.softmax(queries @ keys.T / math.sqrt(keys.shape[-1]), dim=0) @ values
+
+
+def _unscaled(x, c_attn_weight):
+    queries, keys, values = (x @ c_attn_weight).chunk(3, dim=-1)
+    return torch.softmax(queries @ keys.T, dim=-1) @ values
+
+
+def _wrong_split_axis(x, c_attn_weight):
+    W_query, W_key, W_value = c_attn_weight.chunk(3, dim=0)
+    return helpers.scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lambda xq, xkv, wq, wk, wv: lesson03._reference_cross(xq, xq, wq, wk, wv), "values"),
-    (lambda xq, xkv, wq, wk, wv: lesson03._reference_cross(xkv, xkv, wq, wk, wv), "self-attention over x_kv"),
-    (lambda xq, xkv, wq, wk, wv: lesson03._reference_cross(xq, xkv, wq, wk, wk), "shape"),
+    (lesson03.buggy_gpt2_self_attention, "still has the bug"),
+    (_reshaped_not_transposed, "reshape or view of a square block"),
+    (_transposed_twice, "still has the bug"),
+    (_swapped_query_key, "swapped"),
+    (_cut_rows, "reading order"),
+    (_keys_from_query_block, "keys are made with W_q"),
+    (_naive_softmax, "nan"),
+    (_softmax_over_queries, "values are not"),
+    (_unscaled, "values are not"),
+    (_wrong_split_axis, "raised"),
 ])
-def test_cross_attention_rejects_self_attention_in_disguise(wrong, words):
-    feedback = lesson03.cross_attention.check(wrong)
-    assert not feedback
-    assert words in feedback.message or "values are not" in feedback.message, feedback.message
+def test_gpt2_weights_names_each_wrong_answer(wrong, words):
+    feedback = GPT2.check(wrong)
+    assert not feedback and words in feedback.message, feedback.message
+
+
+def test_gpt2_weights_has_a_square_case_first_and_a_sharply_peaked_one():
+    cases = GPT2.cases(torch.Generator().manual_seed(GPT2.seed))
+    x, c_attn_weight = cases[0].args
+    assert c_attn_weight.shape[0] == c_attn_weight.shape[1] // 3  # the buggy code runs only where d_in = d_out
+    assert any(c.args[1].shape[0] != c.args[1].shape[1] // 3 for c in cases)
+    peaked = [lesson03._reference_gpt2(*c.args) for c in cases]
+    largest = max(torch.softmax((c.args[0] @ c.args[1]).chunk(3, -1)[0] @ (c.args[0] @ c.args[1]).chunk(3, -1)[1].T
+                                / math.sqrt(c.args[1].shape[1] // 3), dim=-1).max(dim=-1).values.min().item()
+                  for c in cases)
+    assert largest > 0.999 and all(torch.isfinite(p).all() for p in peaked)
+
+
+def test_gpt2_weights_task_does_not_point_at_the_bug():
+    for giveaway in ("transpose", ".T", "(d_out, d_in)", "wrong way round", "nn.Linear keeps"):
+        assert giveaway not in GPT2.task, giveaway
 
 
 def test_the_notebook_cell_holds_the_same_buggy_code():
-    """Exercise 3 gives the buggy code in an editable cell: it must be the bug the checker knows."""
+    """Exercise 2 gives the buggy code in an editable cell: it must be the bug the checker knows."""
     import inspect
     import json
     from pathlib import Path
 
     nb = json.loads((Path(__file__).parents[1] / "notebooks" / "03_trainable_qkv.ipynb").read_text())
     cell = next("".join(c["source"]) for c in nb["cells"]
-                if c["cell_type"] == "code" and "lesson03.cross_attention.check(" in "".join(c["source"]))
+                if c["cell_type"] == "code" and "lesson03.gpt2_weights.check(" in "".join(c["source"]))
     body = [line.strip() for line in cell.splitlines()[1:] if line.startswith("    ") and "raise" not in line]
-    buggy = [line.strip() for line in inspect.getsource(lesson03.buggy_cross_attention).splitlines()[1:]]
+    buggy = [line.strip() for line in inspect.getsource(lesson03.buggy_gpt2_self_attention).splitlines()[1:]]
     assert body == buggy
+
+
+# --- both exercises: answers holding inf or nan are explained, never crash the checker -------------------------
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.title)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+def test_an_answer_full_of_inf_or_nan_gets_feedback(exercise, bad):
+    def answer(*args):
+        right = exercise._solution(*args)
+        return torch.full_like(right, bad)
+    feedback = exercise.check(answer)
+    assert feedback.status == "wrong" and feedback.message
+
+
+@pytest.mark.parametrize("exercise", EXERCISES, ids=lambda e: e.title)
+def test_an_answer_with_one_inf_gets_feedback(exercise):
+    def answer(*args):
+        right = exercise._solution(*args).clone()
+        right.view(-1)[0] = float("inf")
+        return right
+    feedback = exercise.check(answer)
+    assert feedback.status == "wrong" and feedback.message

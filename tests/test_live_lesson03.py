@@ -15,8 +15,8 @@ from torch import nn
 
 import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
-from helpers.live.lesson03 import (init_side_by_side, init_stats, init_table, reverse_all_dims, saturation,
-                                   saturation_table, steps_table, train_inits, training_explorer,
+from helpers.live.lesson03 import (init_side_by_side, init_stats, init_study, init_table, reverse_all_dims,
+                                   saturation, saturation_table, steps_table, train_inits, training_explorer,
                                    weights_side_by_side)
 from helpers.source import source_excerpt
 from helpers.plotting import figure_to_png
@@ -244,7 +244,21 @@ def test_saturation_explains_the_stall(task):
     assert lines[3].split()[1:3] == ["0%", "0%"]
 
 
+def test_init_study_is_one_table_that_says_what_the_lesson_says(task):
+    lines = init_study(task, INITS, widths=(3, 32), seeds=(0,)).splitlines()
+    assert lines[0].split() == ["torch.rand", "nn.Linear"] and len(lines) == 12
+    rows = {line[:42].strip(): line[42:].split() for line in lines if len(line) > 42}
+    assert rows["spread of S/√d_k            d_in =   3"] == ["0.39", "0.07"]
+    assert rows["d_in =  32"][0] == "1.00" and float(rows["d_in =  32"][1]) < 0.2     # one-hot vs near uniform
+    assert rows["steps until 0.9 on the target key"][0] == "never"                    # torch.rand stalls ...
+    assert rows["steps until 0.9 on the target key"][1].isdigit()                     # ... nn.Linear learns
+    assert rows["rows of A exactly one-hot"] == ["94%", "->", "100%", "0%", "->", "0%"]
+    assert "< 1e-12" in " ".join(rows["gradient norm of W_q"][:4])
+
+
 @pytest.mark.parametrize("call, error", [
+    (lambda: init_study(helpers.PreviousTokenTask(), INITS, seeds=()), ValueError),
+    (lambda: init_study(helpers.PreviousTokenTask(), {"only": helpers.SelfAttention_v1}), TypeError),
     (lambda: init_table({"only": helpers.SelfAttention_v1}), TypeError),
     (lambda: init_side_by_side({"a": helpers.SelfAttention_v1, "b": 3}), TypeError),
     (lambda: saturation(helpers.SelfAttention_v2(32, 6), "task"), TypeError),

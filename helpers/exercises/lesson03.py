@@ -1,11 +1,14 @@
 """Exercises for notebook 03: trainable queries, keys and values.
 
-1. ``shapes``: predict the shape of every tensor of cross-attention over a batch (the lesson prints only
-   self-attention on one sequence).
-2. ``query_key_matrix``: derive the one ``(d_in, d_in)`` matrix ``W_qk`` behind the scaled scores,
+1. ``query_key_matrix``: derive the one ``(d_in, d_in)`` matrix ``W_qk`` behind the scaled scores,
    ``S / sqrt(d_k) = X W_qk X^T`` (the lesson never forms ``W_q W_k^T``).
-3. ``cross_attention``: spot the bug in a cross-attention function (queries from one sequence, keys and values
-   from another), a case the lesson names but does not code.
+2. ``gpt2_weights``: spot the bug in code that loads GPT-2's fused ``c_attn`` weight, ``(d_in, 3 d_out)`` with the
+   query, key and value blocks side by side, into a ``SelfAttention_v2``. The blocks are ``(d_in, d_out)``,
+   ``nn.Linear`` keeps ``(d_out, d_in)``: without the transpose the code still runs on GPT-2's square layers. A real
+   mistake: nanoGPT's ``GPT.from_pretrained`` transposes exactly these weights when it imports them.
+
+``cross_attention`` (a spot-the-bug of an earlier version of the notebook) is no longer offered: it stays, out of
+``__all__``, because ``tests/test_exercises.py`` uses it to test the checker's report of a global read.
 """
 
 from __future__ import annotations
@@ -15,101 +18,14 @@ import math
 import torch
 
 from ..attention import scaled_dot_product_attention
+from ..modules import SelfAttention_v2
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["shapes", "query_key_matrix", "cross_attention"]
+__all__ = ["query_key_matrix", "gpt2_weights"]
 
 
-# --- 1. choose the shapes: cross-attention over a batch ---------------------------------------------
-_NAMES = ("queries", "keys", "values", "attn_scores", "attn_weights", "context_vecs")
-
-
-def _reference_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
-    x_q, x_kv = torch.zeros(batch_size, num_tokens_q, d_in), torch.zeros(batch_size, num_tokens_kv, d_in)
-    queries, keys = x_q @ torch.zeros(d_in, d_k), x_kv @ torch.zeros(d_in, d_k)
-    values = x_kv @ torch.zeros(d_in, d_v)
-    context_vecs, attn_weights = scaled_dot_product_attention(queries, keys, values)
-    attn_scores = queries @ keys.transpose(-2, -1)
-    return tuple(tuple(t.shape) for t in (queries, keys, values, attn_scores, attn_weights, context_vecs))
-
-
-def _shape_cases(g: torch.Generator) -> list[Case]:
-    del g  # the sizes are chosen, not drawn: all six differ within a case, so no swap goes unnoticed
-    sizes = [(2, 4, 7, 3, 5, 6), (3, 6, 2, 8, 4, 9), (5, 1, 3, 2, 7, 4)]
-    return [Case(f"batch_size={b}, num_tokens_q={tq}, num_tokens_kv={tkv}, d_in={d_in}, d_k={d_k}, d_v={d_v}",
-                 (b, tq, tkv, d_in, d_k, d_v)) for b, tq, tkv, d_in, d_k, d_v in sizes]
-
-
-def _solution_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
-    # d_in is not in any answer: the projections turn every width d_in into d_k or d_v
-    queries = (batch_size, num_tokens_q, d_k)                 # one query per token of x_q
-    keys = (batch_size, num_tokens_kv, d_k)                   # one key per token of x_kv, as wide as a query
-    values = (batch_size, num_tokens_kv, d_v)                 # one value per token of x_kv, a width of its own
-    attn_scores = (batch_size, num_tokens_q, num_tokens_kv)   # one score per (query token, key token) pair
-    attn_weights = (batch_size, num_tokens_q, num_tokens_kv)  # softmax keeps the shape
-    context_vecs = (batch_size, num_tokens_q, d_v)            # one mix of values per query token
-    return queries, keys, values, attn_scores, attn_weights, context_vecs
-
-
-def _shapes_with(**changed):
-    def wrong(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
-        right = dict(zip("QKVSAZ", _solution_shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v)))
-        sizes = {"B": batch_size, "Tq": num_tokens_q, "Tkv": num_tokens_kv, "d_in": d_in, "d_k": d_k, "d_v": d_v}
-        right.update({name: tuple(sizes[s] for s in dims) for name, dims in changed.items()})
-        return tuple(right.values())
-    return wrong
-
-
-shapes = FunctionExercise(
-    "Choose the shapes",
-    "write shapes(batch_size, num_tokens_q, num_tokens_kv, d_in, d_k, d_v) returning the shapes of (queries, keys, "
-    "values, attn_scores, attn_weights, context_vecs) of cross-attention over a batch: x_q "
-    "(batch_size, num_tokens_q, d_in) asks, x_kv (batch_size, num_tokens_kv, d_in) is looked up (batch_size is B; "
-    "each sequence has its own T). Each shape is a tuple such as (2, 4, 5). Not every argument appears in an answer.",
-    reference=_reference_shapes,
-    cases=_shape_cases,
-    hint=["Start from the one-sequence self-attention shapes of the lesson. Which of them count the tokens that "
-          "ask, and which count the tokens that are looked up?",
-          "A batch puts one more dimension in front of every tensor. A score compares one token that asks with "
-          "one token that is looked up."],
-    solution=_solution_shapes,
-    mistakes=[
-        Mistake(_shapes_with(S=("B", "Tq", "Tq"), A=("B", "Tq", "Tq")),
-                "your scores compare the queries with each other. Each score pairs a token that asks (x_q) with a "
-                "token that is looked up (x_kv)."),
-        Mistake(_shapes_with(S=("B", "Tkv", "Tkv"), A=("B", "Tkv", "Tkv")),
-                "your scores pair the tokens of x_kv with each other. Each row belongs to a token that asks."),
-        Mistake(_shapes_with(S=("B", "Tkv", "Tq"), A=("B", "Tkv", "Tq")),
-                "your scores are transposed: rows are the tokens that ask (queries), columns the tokens looked up."),
-        Mistake(_shapes_with(K=("B", "Tq", "d_k"), V=("B", "Tq", "d_v"), S=("B", "Tq", "Tq"), A=("B", "Tq", "Tq")),
-                "your keys and values have one row per token of x_q. They describe the tokens that are looked up."),
-        Mistake(_shapes_with(Z=("B", "Tkv", "d_v")),
-                "you have one context vector per token of x_kv. Who receives a context vector: the tokens that "
-                "ask or the tokens that are looked up?"),
-        Mistake(_shapes_with(S=("B", "d_k", "d_k"), A=("B", "d_k", "d_k")),
-                "your scores are (d_k, d_k) per sequence. There is one score per pair of tokens, whatever the width "
-                "of the vectors compared."),
-        Mistake(_shapes_with(Z=("B", "Tq", "d_k")),
-                "your context vectors have the width of the keys. A context vector is a weighted sum of value "
-                "vectors: which width do they have?"),
-        Mistake(_shapes_with(Z=("B", "Tq", "d_in")),
-                "your context vectors have the width of the inputs. They are mixtures of the values, not of the "
-                "inputs."),
-        Mistake(_shapes_with(V=("B", "Tkv", "d_k"), Z=("B", "Tq", "d_k")),
-                "your values have the width of the keys. Values are never compared with anything, so W_value "
-                "may give them their own width, d_v."),
-        Mistake(_shapes_with(Q=("Tq", "d_k"), K=("Tkv", "d_k"), V=("Tkv", "d_v"), S=("Tq", "Tkv"),
-                             A=("Tq", "Tkv"), Z=("Tq", "d_v")),
-                "your shapes are those of one pair of sequences. With a batch, every tensor keeps the batch "
-                "dimension in front."),
-        Mistake(_shapes_with(Q=("d_in", "d_k"), K=("d_in", "d_k"), V=("d_in", "d_v")),
-                "(d_in, d_k) is the shape of a weight matrix. Q, K and V hold one row per token, per sequence."),
-    ],
-)
-
-
-# --- 2. one matrix behind the scores: S / sqrt(d_k) = X W_qk X^T --------------------------------------------------
+# --- 1. one matrix behind the scores: S / sqrt(d_k) = X W_qk X^T --------------------------------------------------
 def _qk_cases(g: torch.Generator) -> list[Case]:
     # d_in and d_k differ in the first case, so a (d_k, d_k) answer or a scale by sqrt(d_in) shows at once
     return [Case(f"W_query and W_key of shape ({d_in}, {d_k})", (randn(g, d_in, d_k), randn(g, d_in, d_k)))
@@ -156,7 +72,7 @@ query_key_matrix = FunctionExercise(
 )
 
 
-# --- 3. spot the bug: cross-attention -----------------------------------------------------------------
+# --- no longer offered: spot the bug in cross-attention (see the module docstring) -----------------------------------------------------------------
 def _cross_cases(g: torch.Generator) -> list[Case]:
     def case(num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
         return Case(f"{num_tokens_q} query tokens and {num_tokens_kv} key/value tokens, d_in={d_in}, d_k={d_k}, "
@@ -208,5 +124,92 @@ cross_attention = SpotTheBug(
                 "x_kv."),
         Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xkv @ wq, xkv @ wk, xkv @ wv)[0],
                 "you computed self-attention over x_kv: the queries must come from x_q, one per token that asks."),
+    ],
+)
+
+
+# --- 2. spot the bug: loading GPT-2's fused query/key/value weight ----------------------------------------------
+def _gpt2_cases(g: torch.Generator) -> list[Case]:
+    def case(text, num_tokens, d_in, d_out, scale=1.0):
+        return Case(f"{text}: x ({num_tokens}, {d_in}), c_attn_weight ({d_in}, {3 * d_out})",
+                    (randn(g, num_tokens, d_in, scale=scale), randn(g, d_in, 3 * d_out, scale=scale)))
+    # a square layer first, as GPT-2's (768 = 768): there the buggy code runs and only its values are wrong
+    return [case("a square layer, as in GPT-2 (d_in = d_out = 8)", 5, 8, 8),
+            case("d_in = 6, d_out = 4", 3, 6, 4),
+            case("d_in = 3, d_out = 5, a single token", 1, 3, 5),
+            case("large inputs and weights, so every row of A is sharply peaked", 7, 5, 5, scale=4.0)]
+
+
+def _blocks(c_attn_weight):
+    d_out = c_attn_weight.shape[1] // 3
+    return c_attn_weight.split(d_out, dim=1)  # W_q, W_k, W_v: each (d_in, d_out)
+
+
+def _reference_gpt2(x, c_attn_weight):
+    W_query, W_key, W_value = _blocks(c_attn_weight)
+    return scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
+
+
+def buggy_gpt2_self_attention(x, c_attn_weight):
+    d_in, d_out = c_attn_weight.shape[0], c_attn_weight.shape[1] // 3
+    attention = SelfAttention_v2(d_in, d_out)
+    W_query, W_key, W_value = c_attn_weight.split(d_out, dim=1)  # side by side in c_attn_weight
+    with torch.no_grad():
+        attention.W_query.weight.copy_(W_query)
+        attention.W_key.weight.copy_(W_key)
+        attention.W_value.weight.copy_(W_value)
+        return attention(x)
+
+
+def _solution_gpt2_self_attention(x, c_attn_weight):
+    d_in, d_out = c_attn_weight.shape[0], c_attn_weight.shape[1] // 3
+    attention = SelfAttention_v2(d_in, d_out)
+    W_query, W_key, W_value = c_attn_weight.split(d_out, dim=1)  # each (d_in, d_out), as in SelfAttention_v1
+    with torch.no_grad():
+        attention.W_query.weight.copy_(W_query.T)                # nn.Linear keeps its weight as (d_out, d_in)
+        attention.W_key.weight.copy_(W_key.T)
+        attention.W_value.weight.copy_(W_value.T)
+        return attention(x)
+
+
+def _with_blocks(order=(0, 1, 2), rows=False):
+    """The right answer, except that the blocks are taken in another ``order`` or cut as consecutive rows."""
+    def wrong(x, c_attn_weight):
+        d_in, d_out = c_attn_weight.shape[0], c_attn_weight.shape[1] // 3
+        blocks = c_attn_weight.reshape(3, d_in, d_out) if rows else _blocks(c_attn_weight)
+        W_query, W_key, W_value = (blocks[i] for i in order)
+        return scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
+    return wrong
+
+
+gpt2_weights = SpotTheBug(
+    "Spot the bug: loading GPT-2's weights",
+    "gpt2_self_attention(x, c_attn_weight) should return the context vectors (num_tokens, d_out) of "
+    "self-attention for x (num_tokens, d_in), with the query, key and value matrices that GPT-2's checkpoint "
+    "stores side by side in c_attn_weight (d_in, 3 * d_out): columns [W_q | W_k | W_v], each (d_in, d_out) as in "
+    "SelfAttention_v1. The code given loads them into a SelfAttention_v2 and has one bug: find it and fix it. "
+    "Any fix that returns the right context vectors passes.",
+    reference=_reference_gpt2,
+    cases=_gpt2_cases,
+    hint=["Write the shape next to every line. Which shape does each block of c_attn_weight have, and which "
+          "shape does the weight inside nn.Linear(d_in, d_out) have (section 4)?",
+          "GPT-2's layers are square (d_in = d_out = 768), so every block fits into every weight whichever way "
+          "round it is, and nothing complains. Does the number in row i, column j of a block mean the same as the "
+          "number in row i, column j of nn.Linear's weight?"],
+    solution=_solution_gpt2_self_attention,
+    buggy=buggy_gpt2_self_attention,
+    bug_message="your function still has the bug: on a square layer, as in GPT-2, it runs, yet its context vectors "
+                "are wrong. Try a layer with d_in ≠ d_out, and compare the shape of each block with the shape of "
+                "the weight it goes into. (A reshape or view of a square block changes nothing.)",
+    mistakes=[
+        Mistake(_with_blocks(order=(1, 0, 2)),
+                "your queries and keys are swapped: the first block of c_attn_weight is W_q, the second W_k. "
+                "Swapping them gives the scores Sᵀ, whose row i belongs to key i."),
+        Mistake(_with_blocks(order=(0, 1, 2), rows=True),
+                "your three matrices are not the column blocks [W_q | W_k | W_v]. Reshaping (d_in, 3 * d_out) into "
+                "(3, d_in, d_out) cuts the numbers in reading order, row by row; the blocks sit side by side, "
+                "each d_out columns wide."),
+        Mistake(_with_blocks(order=(0, 0, 2)),
+                "your keys are made with W_q: the second block of c_attn_weight is W_k."),
     ],
 )

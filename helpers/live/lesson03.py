@@ -8,7 +8,7 @@
   growing input widths), ``init_side_by_side`` (the two initialisations' weights in one picture) and
   ``saturation_table`` (why a saturated softmax stops training: rows that are exactly one-hot, and the gradient
   that reaches ``W_query``), ``train_inits`` and ``steps_table`` (both classes trained on the task, for a few
-  seeds, and how many steps each needs).
+  seeds, and how many steps each needs); ``init_study`` gathers all of them in one table, one column per class.
 
 The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
 ``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
@@ -30,7 +30,7 @@ from ..tasks import PreviousTokenTask, TrainingRun, train_attention
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "saturation_table", "train_inits", "steps_table"]
+           "init_side_by_side", "saturation", "saturation_table", "train_inits", "steps_table", "init_study"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
@@ -261,4 +261,52 @@ def steps_table(runs: Mapping[tuple[str, int], TrainingRun], inits: Mapping[str,
             cells.append(f"never reaches {level}; {final}" if reached is None
                          else f"{level} after ~{round(reached, -1)} steps; {final}")
         lines.append(f"{seed:4d}   " + "".join(cell.ljust(38) for cell in cells).rstrip())
+    return "\n".join(lines)
+
+
+def init_study(task: PreviousTokenTask, inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256),
+               seeds: Sequence[int] = (0, 1, 2), level: float = 0.9, d_out: int = 2, device=None) -> str:
+    """The initialisation deep dive in one table, one column per class of ``inits``.
+
+    Untrained (:func:`init_stats`, on six random positive inputs per width in ``widths``): the spread of
+    ``S / sqrt(d_k)`` and the mean of each row's largest weight. Trained on ``task`` once per seed
+    (:func:`train_inits`): the steps until the probe's mean weight on the target key first reaches ``level``
+    (rounded to 10) and the final loss; for the first seed, :func:`saturation` at step 0 and after training (the
+    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``).
+    """
+    _check_inits(inits)
+    if not seeds:
+        raise ValueError("seeds must name at least one seed")
+    names = list(inits)
+    stats = {(row.d_in, row.init): row for row in init_stats(inits, widths, d_out, device=device)}
+    runs = train_inits(task, inits, seeds, device)
+    first = seeds[0]
+
+    def line(label: str, cells: Sequence[str]) -> str:
+        return f"{label:<42}" + "".join(f"{cell:<22}" for cell in cells).rstrip()
+
+    lines = [line("", names), "untrained, six random positive inputs:"]
+    for what, attribute in (("spread of S/√d_k", "spread"), ("largest a_ij per row (mean)", "largest")):
+        for index, d_in in enumerate(widths):
+            label = f"  {what if index == 0 else '':<28}d_in = {d_in:>3}"
+            lines.append(line(label, [f"{getattr(stats[d_in, name], attribute):.2f}" for name in names]))
+    seed_text = ", ".join(str(seed) for seed in seeds)
+    lines.append(f"trained on the task (d_in = {task.d_in}), seeds {seed_text}:")
+    steps, losses = [], []
+    for cls in inits.values():
+        reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
+        steps.append(", ".join("never" if r is None else str(round(r, -1)) for r in reached))
+        losses.append(", ".join(f"{runs[cls.__name__, seed].losses[-1]:.2f}" for seed in seeds))
+    lines.append(line(f"  steps until {level} on the target key", steps))
+    lines.append(line("  final loss", losses))
+    one_hot, gradient = [], []
+    for cls in inits.values():
+        trained = runs[cls.__name__, first].model
+        untrained = _build(cls, task.d_in, len(task.vocab), first, _query_weight(trained).device)
+        (hot_0, grad_0), (hot_1, grad_1) = saturation(untrained, task), saturation(trained, task)
+        one_hot.append(f"{hot_0:.0%} -> {hot_1:.0%}")
+        gradient.append(f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}")
+    lines.append(f"seed {first}, at step 0 -> after training:")
+    lines.append(line("  rows of A exactly one-hot", one_hot))
+    lines.append(line("  gradient norm of W_q", gradient))
     return "\n".join(lines)
