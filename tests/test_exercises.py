@@ -101,8 +101,10 @@ def test_errors_are_reported_without_a_traceback():
 
 def test_wrong_kind_of_result_and_wrong_dtype():
     assert "got an int" in lesson01.score_matrix.check(lambda inputs: 3).message
-    feedback = lesson04.causal_mask.check(lambda n: torch.triu(torch.ones(n, n), diagonal=2))
-    assert "dtype torch.float32" in feedback.message
+    # influence must be a bool matrix; a float 0/1 matrix of the right pattern is the wrong dtype
+    feedback = lesson04.influence.check(lambda attention, inputs: torch.tril(torch.ones(inputs.shape[1],
+                                                                                      inputs.shape[1])))
+    assert "dtype torch.float32" in feedback.message and "torch.bool" in feedback.message
 
 
 def test_nan_is_explained():
@@ -114,10 +116,10 @@ leftover = torch.ones(6, 6) / 6  # a global a learner's function might read by a
 
 
 def test_reading_a_notebook_global_is_named():
-    def reads_global(x_q, x_kv, W_query, W_key, W_value):
-        values = x_kv @ W_value
-        return leftover @ values
-    feedback = lesson03.cross_attention.check(reads_global)
+    def reads_global(W_query, W_key):
+        d_in = W_query.shape[0]
+        return leftover[:d_in, :d_in] + W_query @ W_key.T
+    feedback = lesson03.query_key_matrix.check(reads_global)
     assert "`leftover`" in feedback.message and "global" in feedback.message
 
 
