@@ -1,0 +1,70 @@
+"""The course's one training loop: seeded, one thread, a fresh batch every step, checkpoints in memory."""
+
+import pytest
+import torch
+from torch import nn
+
+from helpers.training import one_thread, seeded, train_loop
+
+
+def _regression_loss(model, generator):
+    inputs = torch.randn(16, 3, generator=generator)  # a fresh batch from the seeded generator
+    return ((model(inputs) - inputs.sum(dim=-1, keepdim=True)) ** 2).mean()
+
+
+def test_seeded_builds_the_same_weights_and_leaves_the_callers_stream_alone():
+    torch.manual_seed(5)
+    expected_next = torch.rand(3)
+    torch.manual_seed(5)
+    first = seeded(lambda: nn.Linear(3, 1), seed=1)
+    assert torch.equal(torch.rand(3), expected_next), "seeded() must not move the caller's random stream"
+    second = seeded(lambda: nn.Linear(3, 1), seed=1)
+    assert torch.equal(first.weight, second.weight)
+    assert not torch.equal(first.weight, seeded(lambda: nn.Linear(3, 1), seed=2).weight)
+
+
+def test_train_loop_is_reproducible_and_learns():
+    runs = []
+    for _ in range(2):
+        model = seeded(lambda: nn.Linear(3, 1), seed=0)
+        runs.append((train_loop(model, _regression_loss, num_steps=60, lr=0.05, seed=0), model.weight.detach()))
+    (losses_a, weight_a), (losses_b, weight_b) = runs
+    assert losses_a == losses_b and torch.equal(weight_a, weight_b)
+    assert len(losses_a) == 60 and losses_a[-1] < losses_a[0] / 10
+
+
+def test_record_is_called_at_0_every_k_and_at_the_end_in_eval_mode_without_gradients():
+    model = seeded(lambda: nn.Sequential(nn.Linear(3, 1), nn.Dropout(0.5)), seed=0)
+    seen = []
+
+    def record(step):
+        seen.append((step, model.training, torch.is_grad_enabled()))
+
+    def loss(model, generator):
+        assert model.training, "training steps run in train() mode"
+        return _regression_loss(model, generator)
+
+    train_loop(model, loss, num_steps=25, lr=0.01, seed=0, record=record, record_every=10)
+    assert [step for step, _, _ in seen] == [0, 10, 20, 25]
+    assert not any(training or grad for _, training, grad in seen)
+    assert not model.training
+
+
+def test_one_thread_restores_the_thread_count():
+    before = torch.get_num_threads()
+    with one_thread():
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(num_steps=0), ValueError, "num_steps"),
+    (dict(lr=0), ValueError, "lr"),
+    (dict(seed=1.5), TypeError, "seed"),
+    (dict(optimizer=torch.optim.Adam([torch.zeros(1, requires_grad=True)])), TypeError, "optimizer"),
+    (dict(record=3), TypeError, "record"),
+])
+def test_bad_arguments_are_named(kwargs, error, match):
+    arguments = dict(num_steps=2, lr=0.1, seed=0) | kwargs
+    with pytest.raises(error, match=match):
+        train_loop(nn.Linear(3, 1), _regression_loss, **arguments)
