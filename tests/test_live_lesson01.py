@@ -152,6 +152,15 @@ def test_explorer_colours_are_not_swamped_by_one_stretched_cell(journey):
     # The numbers stay exact beyond the colour range (16 x one's squared length, about 10.6).
     assert explorer.score_map.texts[one][one].get_text() == f"{16 * float(scores[one, one]):.2f}"
     assert "±1.50" in explorer.score_map.colorbar.ax.get_ylabel()
+    # A number beyond the colour range is framed (its cell only has the end colour); the others are not.
+    framed = {(i, j) for i, row in enumerate(explorer.beyond_frames) for j, frame in enumerate(row)
+              if frame.get_visible()}
+    stretched = explorer.score_map.image.get_array()
+    assert framed == {(i, j) for i in range(len(tokens)) for j in range(len(tokens))
+                      if abs(float(stretched[i, j])) > limit}
+    assert (one, one) in framed and (journey_row := tokens.index("journey"), journey_row) not in framed
+    explorer.controls["factor"].value = 1.0
+    assert not any(frame.get_visible() for row in explorer.beyond_frames for frame in row)
     # Unstretched cells keep distinct colours: the two scores of 'journey' with itself and with 'with' differ.
     cmap, norm = explorer.score_map.image.cmap, explorer.score_map.image.norm
     journey, with_ = tokens.index("journey"), tokens.index("with")

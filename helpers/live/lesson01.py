@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import torch
 from matplotlib import colormaps
+from matplotlib.patches import Rectangle
 
 from ..attention import dot_product_scores
 from ..plotting import Bars, Heatmap, new_figure
@@ -28,13 +29,15 @@ def stretched_scores(inputs: torch.Tensor, token_index: int, factor: float) -> t
     return dot_product_scores(vectors, vectors)  # (T, d_in) @ (d_in, T) -> (T, T)
 
 
-def _text_colours(score_map: Heatmap, scores: torch.Tensor) -> None:
-    """White numbers on the dark ends of the colour scale, black ones on its pale middle."""
+def _text_colours(score_map: Heatmap, scores: torch.Tensor, frames: list[list[Rectangle]]) -> None:
+    """White numbers on the dark ends of the colour scale, black ones on its pale middle; a number beyond the
+    scale's ends (its cell only gets the end colour) is framed."""
     low, high = score_map.image.get_clim()
     for i, row in enumerate(score_map.texts):
         for j, text in enumerate(row):
             position = (float(scores[i, j]) - low) / (high - low)        # 0 .. 1 on the colour bar
             text.set_color("white" if abs(position - 0.5) > 0.3 else "black")
+            frames[i][j].set_visible(not 0.0 <= position <= 1.0)
 
 
 def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "journey",
@@ -44,10 +47,10 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
     Controls: ``query`` (whose row the bars show), ``stretch_token`` (the token whose vector is stretched) and
     ``factor`` (-4 .. 4; negative flips the vector); the arguments of the same names set where they start, so the
     picture can open in the state a question asks about. The heatmap's colours span the scores before stretching,
-    symmetric about zero (a stretched score beyond them gets the end colour, its number stays exact); the bars
-    show the chosen row after stretching, with the row before stretching as outlines. The returned
+    symmetric about zero (a stretched score beyond them gets the end colour and a frame, its number stays exact);
+    the bars show the chosen row after stretching, with the row before stretching as outlines. The returned
     :class:`LiveFigure` also carries the builders as ``.score_map`` and ``.query_bars`` and the outlines as
-    ``.original_bars``.
+    ``.original_bars``, and the frames as ``.beyond_frames``.
     """
     if not -4.0 <= factor <= 4.0:
         raise ValueError(f"factor must be in [-4, 4] (the slider's range), got {factor}")
@@ -58,7 +61,12 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
     fig.get_layout_engine().set(wspace=0.12)  # room between the colour bar's label and the bar chart
     score_map = Heatmap(fig.axes[0], attn_scores, tokens, tokens, title="Scores $s_{ij} = x_i \\cdot x_j$",
                         cmap=CMAP, vmin=-limit, vmax=limit,
-                        colorbar_label=f"score $s_{{ij}}$ (colours stop at ±{limit:.2f})", value_fontsize=10)
+                        colorbar_label=f"score $s_{{ij}}$ (colours stop at ±{limit:.2f}; framed: beyond)",
+                        value_fontsize=10)
+    # One frame per cell, shown around a number beyond the colour bar's ends.
+    frames = [[score_map.ax.add_patch(Rectangle((j - 0.4, i - 0.25), 0.8, 0.5, fill=False, edgecolor="white",
+                                                linewidth=1.3, zorder=3.1, visible=False, animated=True))
+               for j in range(len(tokens))] for i in range(len(tokens))]
     bars_ax = fig.axes[1]
     query_bars = Bars(bars_ax, attn_scores[0], tokens, ylabel="score $s_{ij}$")
     positions = range(len(tokens))
@@ -71,7 +79,7 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
         scores = stretched_scores(inputs, tokens.index(stretch_token), factor)
         row = tokens.index(query)
         score_map.update(scores, title=f"Scores $S$, '{stretch_token}' stretched ×{factor:.1f}")
-        _text_colours(score_map, scores)
+        _text_colours(score_map, scores, frames)
         score_map.outline_row(row, color="black")  # the query row (red would vanish on red cells)
         for bar, height in zip(original_bars, attn_scores[row].tolist()):
             bar.set_height(height)
@@ -90,4 +98,5 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
         "factor": float_slider("stretch factor", float(factor), -4.0, 4.0, 0.1, readout_format=".1f"),
     }, animated=original_bars)
     explorer.score_map, explorer.query_bars, explorer.original_bars = score_map, query_bars, original_bars
+    explorer.beyond_frames = frames
     return explorer
