@@ -40,7 +40,8 @@ def test_the_row_shows_the_causal_bars_over_the_unmasked_outlines(weights):
     assert leak > 0.0
     assert explorer.query_bars.ax.get_title().endswith(f"without the mask, {leak:.2f} on later keys")
     labels = [t.get_text() for t in explorer.query_bars.ax.get_legend().get_texts()]
-    assert labels == ["with the mask: $A$", "without the mask", "keys after the query"]
+    assert labels == ["with the mask: $A$", "the query itself", "without the mask", "keys after the query"]
+    assert explorer.query_bars.ax.get_ylim() == (0.0, 1.08)  # weights lie in 0..1
 
 
 def test_query_slider_moves_the_bars_band_and_outlines(weights):
@@ -53,7 +54,7 @@ def test_query_slider_moves_the_bars_band_and_outlines(weights):
     torch.testing.assert_close(torch.tensor(heights), causal[one])
     torch.testing.assert_close(torch.tensor([bar.get_height() for bar in explorer.unmasked_bars]), unmasked[one])
     assert heights[-1] == 0.0  # "step" is in the future of "one"
-    assert explorer.query_bars.ax.get_title().startswith("Row 4 ('one'), red: the query itself")
+    assert explorer.query_bars.ax.get_title().startswith("Row 4 ('one')\n")
     band = [p for p in explorer.query_bars.ax.patches if p.get_facecolor()[:3] == pytest.approx((0.88,) * 3)]
     assert len(band) == 1 and band[0].get_x() == one + 0.5 and band[0].get_width() == len(TOKENS) - 1 - one
     assert explorer.unmasked_map._row_outline.get_y() == one - 0.5

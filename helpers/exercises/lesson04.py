@@ -118,7 +118,9 @@ influence = FunctionExercise(
     "Who influences whom",
     "write influence(attention, inputs) for a layer attention(inputs) -> (batch_size, num_tokens, d_out) and inputs "
     "(batch_size, num_tokens, d_in): return a bool tensor (num_tokens, num_tokens) that is True at [i, j] when "
-    "changing token j changes output i. The layer is a black box: you can only call it.",
+    "changing token j changes output i. The layer is a black box: you can only call it. Any visible change will do "
+    "(add 1 to its features); compare exactly or with torch.isclose; output i has changed if it changed in any "
+    "sentence of the batch. The layers are deterministic (no dropout).",
     reference=_reference_influence,
     cases=_influence_cases,
     hint=["Causality is a promise about behaviour: output i must not move, whatever happens to the tokens after "

@@ -2,8 +2,8 @@
 
 * :func:`causal_explorer` is the lesson's "what may each token see?" figure: the weights without the mask and the
   causal weights ``A`` side by side (the chosen query's row outlined in both), and that row as bars: filled for
-  ``A``, a dashed outline for the weights without the mask, the keys in the query's future on a grey band. A
-  slider walks the query along the sentence.
+  ``A`` (the query itself in red), a dashed outline for the weights without the mask, the keys in the query's
+  future on a grey band, on a 0..1 axis with the legend below. A slider walks the query along the sentence.
 * :func:`weights_side_by_side` draws two weight matrices on the same fixed 0..1 scale (before/after a change).
 * :func:`mask_and_weights` draws a padded sentence's mask (future and padding in two shades) next to its weights.
 
@@ -65,17 +65,19 @@ def causal_explorer(unmasked_weights: torch.Tensor, causal_weights: torch.Tensor
     unmasked_map = _weights_map(unmasked_ax, unmasked, tokens, tokens, "Without the mask", colorbar=False)
     causal_map = _weights_map(causal_ax, causal, tokens, tokens, "$A$, with the causal mask", row_ticks=False)
     query_bars = Bars(bars_ax, causal[query], numbered(tokens), xlabel="key $j$", ylabel="weight",
-                      ylim=(0.0, 1.38), annotate=True)
+                      ylim=(0.0, 1.08), annotate=True)   # weights lie in 0..1; the top leaves room for "1.00"
+    bars_ax.set_yticks([0.0, 0.25, 0.5, 0.75, 1.0])
     for text in query_bars.texts:
         text.set_fontsize(VALUE_FONTSIZE)
     unmasked_bars = list(bars_ax.bar(range(num_tokens), unmasked[query].tolist(), width=0.8, fill=False,
                                      edgecolor="#252525", linestyle="--", linewidth=1.4, zorder=3))
-    future_zone = bars_ax.add_patch(Rectangle((0.5, 0.0), num_tokens, 1.38, color="0.88", zorder=0))
+    future_zone = bars_ax.add_patch(Rectangle((0.5, 0.0), num_tokens, 1.08, color="0.88", zorder=0))
     bars_ax.set_xlim(-0.6, num_tokens - 0.4)  # fixed, whatever the width of the grey band
     bars_ax.legend(handles=[Patch(facecolor="tab:blue", label="with the mask: $A$"),
+                            Patch(facecolor="tab:red", label="the query itself"),
                             Patch(fill=False, edgecolor="#252525", linestyle="--", label="without the mask"),
                             Patch(facecolor="0.88", label="keys after the query")],
-                   loc="upper right", fontsize=9.5, frameon=False)
+                   loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=9.5, frameon=False)
 
     def redraw(query: int) -> None:
         for heatmap in (unmasked_map, causal_map):
@@ -89,7 +91,7 @@ def causal_explorer(unmasked_weights: torch.Tensor, causal_weights: torch.Tensor
         else:
             future = f"without the mask, {future_weight(unmasked, query):.2f} on later keys"
         query_bars.update(causal[query], highlight=query,
-                          title=f"Row {query} ('{tokens[query]}'), red: the query itself\n{future}")
+                          title=f"Row {query} ('{tokens[query]}')\n{future}")
 
     explorer = LiveFigure(fig, redraw, {"query": int_slider("query i", query, 0, num_tokens - 1)},
                           animated=[*unmasked_bars, future_zone])
