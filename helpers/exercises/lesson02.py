@@ -55,7 +55,8 @@ stable_softmax = FunctionExercise(
     cases=_softmax_cases,
     hint=["Which number in a row makes exp overflow? What happens to a row's softmax if you subtract the same "
           "number from every entry of that row?",
-          "Each row needs its own number, and it must broadcast back against the row: look at keepdim."],
+          "Each row needs its own number, and it must broadcast back against the row: look at keepdim.",
+          "With a dim argument, .max returns two tensors, the largest values and where they are: keep the first."],
     solution=_solution_stable_softmax,
     rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
                    "helpers.softmax_stable", "helpers.attention.softmax_stable",
@@ -144,11 +145,11 @@ attention_any_shape = SpotTheBug(
     "attention(queries, keys, values) should return (context_vecs, attn_weights) for queries (..., T_q, d_k), "
     "keys (..., T_k, d_k) and values (..., T_k, d_v), any batch dimensions in front: Z = softmax(Q Kᵀ / "
     "sqrt(d_k)) V and the weights A, one row per query, without calling a library's attention function. The "
-    "code below gives the right answer on every example of sections 1 to 4 and its rows sum to 1, yet it is "
+    "code below gives the right answer on every example of sections 1 to 3 and its rows sum to 1, yet it is "
     "wrong. On which inputs can it be right? Try it on one where it cannot, then fix it.",
     reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
     cases=_attention_cases,
-    hint=["In sections 1 to 4 the queries and the keys were the same vectors. What does that make of the score "
+    hint=["In sections 1 to 3 the queries and the keys were the same vectors. What does that make of the score "
           "matrix, and so of any mistake that turns it round?",
           "Make up queries different from the keys, and fewer of them: say 2 queries and 3 keys, with d_v = 1. "
           "Write the shape of every line, and say which axis of the weights must belong to the queries.",
@@ -156,7 +157,7 @@ attention_any_shape = SpotTheBug(
     solution=_solution_attention,
     buggy=buggy_attention,
     bug_message="your score matrix is K Qᵀ: one row per key, one column per query. It equals Q Kᵀ only when the "
-                "queries are the keys (as in sections 1 to 4); otherwise each row's softmax weighs queries, not "
+                "queries are the keys (as in sections 1 to 3); otherwise each row's softmax weighs queries, not "
                 "keys (and with T_q != T_k the shapes clash). Each query needs its own row of scores over the keys.",
     rules=[forbids("torch.nn.functional.scaled_dot_product_attention", "helpers.scaled_dot_product_attention",
                    "helpers.attention.scaled_dot_product_attention",
