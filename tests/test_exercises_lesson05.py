@@ -176,7 +176,15 @@ def test_a_fix_that_moves_the_global_random_stream_is_refused(wrong):
 
 def test_the_map_task_states_every_rule_its_checker_enforces():
     task = lesson05.attention_map.task
-    assert "as you found it" in task and "do not reseed" in task and "draw from it" in task
+    assert "trains on exactly as it would have without the picture" in task  # same mode, same dropout p
+    assert "a finished model keeps giving the same weights" in task            # eval mode kept
+    assert "neither reseeded nor drawn from" in task                           # the global random stream
+
+
+def test_the_spread_task_states_what_to_return_and_the_empty_row():
+    task = lesson05.dropout_spread.task
+    assert "a tuple (probability, variance)" in task and "1 for a row with no non-zero weight" in task
+    assert "a_ij**2 * p / (1 - p)" in task  # one weight's variance is given, the rest is the exercise
 
 
 def test_a_fix_that_forks_the_stream_itself_passes():

@@ -8,7 +8,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 import helpers
 from helpers.diagrams.dropout import dropout_diagram
-from helpers.dropout import attention_dropout
+from helpers.dropout import attention_dropout, dropout_row_sums
 from helpers.live.lesson05 import dropout_explorer, monte_carlo_figure, show_source_lines
 from helpers.plotting import figure_to_png
 
@@ -53,6 +53,12 @@ def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
     assert live.heatmap.colorbar.extend == "max"
     means = torch.tensor(live.mean_dots.get_ydata())
     assert bool(((means - 1).abs() < 0.25).all())
+    # The dots are the means the lesson prints: the same 2,000 draws (seed 0) whatever the seed slider says.
+    printed = dropout_row_sums(attn_weights, 0.8, 2_000, torch.Generator().manual_seed(0)).mean(dim=0)
+    torch.testing.assert_close(means, printed.double(), check_dtype=False)
+    live.controls["seed"].value = 8
+    torch.testing.assert_close(torch.tensor(live.mean_dots.get_ydata()), means)
+    live.controls["seed"].value = 7
     dropped_cells = (~keep & ~helpers.causal_mask(6)).nonzero().tolist()
     assert dropped_cells and len(live.crosses.get_segments()) == 2 * len(dropped_cells)  # one cross per drop
     assert all(live.heatmap.texts[i][j].get_text() == "" for i, j in dropped_cells)

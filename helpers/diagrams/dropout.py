@@ -90,10 +90,12 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
     arrow(ax, (out_x + num_tokens + 0.3, middle), (sum_x - 0.3, middle), "sum each row", fontsize=10)
     crossed = (Patch(facecolor=_DROPPED, edgecolor="#525252"),
                Line2D([], [], marker="x", markersize=9, markeredgewidth=1.4, color=_CROSS, linestyle="none"))
-    ax.legend(handles=[Patch(facecolor=PALETTE["mask"], edgecolor="#525252"), crossed],
-              labels=["future: a = 0 (causal mask), so it stays 0 whatever the coin flip",
-                      "dropped by this draw (keep = 0): the weight becomes 0"],
-              loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=2, frameon=False, fontsize=10)
+    ax.legend(handles=[Patch(facecolor=_KEEP, edgecolor="#525252"), crossed,
+                       Patch(facecolor=PALETTE["mask"], edgecolor="#525252")],
+              labels=[f"kept (keep = 1): weight x {factor:g}",
+                      "dropped (keep = 0): white; crossed out in Ã, now 0",
+                      "future (causal mask): a = 0, stays 0 whatever the flip"],
+              loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=3, frameon=False, fontsize=10)
     # Whole pixels at 100 dpi, so the figure's size prints the same everywhere.
     fig.set_size_inches(round(fig.get_figwidth() * 100) / 100, round(fig.get_figheight() * 100) / 100)
     return fig

@@ -4,7 +4,7 @@
    (exact values, no simulation). The lesson shows the average and the spread of a row *sum* of causal weights;
    this asks for the context vector, where the values come in, for any weights: causal, full, padded, with rows
    that see nothing, T_q != T_k.
-2. Spot the bug: an attention map, drawn in the middle of training, that changes from call to call. The fix must
+2. Spot the bug: an attention map, plotted in the middle of training, that changes from call to call. The fix must
    leave the model's mode, its dropout and PyTorch's global random stream as it found them (stated in the task).
 """
 
@@ -78,16 +78,17 @@ def _with_variance(prob):
 
 dropout_spread = FunctionExercise(
     "How far a context vector strays",
-    "write dropout_spread(attn_weights, values, p) for any weights (..., T_q, T_k), causal or not, and values "
-    "(..., T_k, d_v). Return, exactly (no simulation), for every query i: the probability that one dropout draw "
-    "drops every non-zero weight of row i (so z_i is all zeros), shape (..., T_q); and the variance over many draws "
-    "of each entry of z_i = sum_j a_ij v_j after dropout, shape (..., T_q, d_v).",
+    "write dropout_spread(attn_weights, values, p) for any weights (..., T_q, T_k) (queries x keys; T_q = T_k = T "
+    "in the lesson), causal or not, and values (..., T_k, d_v). Return exactly (no simulation) a tuple "
+    "(probability, variance): for every query i, the probability that one dropout draw drops every non-zero weight "
+    "of row i, so that z_i is all zeros (1 for a row with no non-zero weight), shape (..., T_q); then the variance "
+    "over draws of each entry of z_i = sum_j a_ij v_j after dropout, shape (..., T_q, d_v). One weight a_ij after "
+    "dropout has variance a_ij**2 * p / (1 - p) (the lesson's first deep dive).",
     reference=_reference_dropout_spread,
     cases=_spread_cases,
-    hint=["Start with one weight. With probability 1 - p it is scaled up by section 4's factor, otherwise it is 0. "
-          "Its variance is the mean of its square minus the square of its mean (section 5 gives the mean).",
-          "The terms of z_i are independent. What happens to variances when you add independent numbers, and when "
-          "you multiply a random number by a constant c?",
+    hint=["Write one entry z_id as a sum over j of terms, each a random weight times a fixed number v_jd. The "
+          "coin flips of different weights are independent. What happens to variances when you add independent "
+          "numbers, and when you multiply a random number by a constant c?",
           "For the probability: which weights of a row are 0 whatever happens, and how do independent coin "
           "flips combine? A row with no non-zero weight at all is a case of its own: what is z_i then?"],
     solution=_solution_dropout_spread,
@@ -180,7 +181,7 @@ class _StreamKept(Rule):
             if not torch.equal(torch.get_rng_state(), state):
                 return ("your function moves PyTorch's global random stream (it reseeds it, or draws from it), so "
                         "the next training step would drop other weights than it would have without the picture. "
-                        "The task asks you to leave the global random generator as you found it.")
+                        "The task asks you neither to reseed the global random generator nor to draw from it.")
         return None
 
     def __repr__(self) -> str:
@@ -214,7 +215,7 @@ def buggy_attention_map(model, batch):
     # model: an attention module, maybe in the middle of training; batch: (B, T, d_in)
     with torch.no_grad():                       # a picture needs no gradients
         _, attn_weights = model(batch, return_weights=True)
-    return attn_weights                         # (B, T, T), to draw
+    return attn_weights                         # (B, T, T), to plot
 
 
 def _solution_attention_map(model, batch):
@@ -246,10 +247,11 @@ def _map_properties(got: torch.Tensor, case: Case, function) -> str | None:
 
 attention_map = SpotTheBug(
     "Spot the bug: an attention map that flickers",
-    "attention_map(model, batch) draws a model's attention weights (B, T, T) now and then during training, and is "
+    "attention_map(model, batch) plots a model's attention weights (B, T, T) now and then during training, and is "
     "also used on finished models. Two calls in a row, with no training step between them, give different "
-    "pictures. Fix it. Training must carry on after a picture exactly as it would have without one: leave the "
-    "model as you found it, and do not reseed PyTorch's global random generator or draw from it.",
+    "pictures. Fix it. A picture must change nothing that comes after it: a model in training trains on exactly "
+    "as it would have without the picture, a finished model keeps giving the same weights, and PyTorch's global "
+    "random generator is neither reseeded nor drawn from.",
     reference=_reference_attention_map,
     cases=_model_cases,
     hint=["Call buggy_attention_map twice on the same CausalAttention(3, 2, 6, dropout=0.5) and compare where the "

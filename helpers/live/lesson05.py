@@ -100,7 +100,9 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
                      seed: int = 123) -> LiveFigure:
     """Sliders for ``p`` and the seed of one draw; left the weights after dropout, right each row's sum.
 
-    The black dots are the mean row sums over 2,000 further draws at the same ``p``. The heatmap's colour
+    The black dots are the mean row sums over 2,000 draws at the same ``p``: the same draws at every seed (a
+    generator of their own, seed 0), so they match ``dropout_row_sums(attn_weights, p, 2_000,
+    torch.Generator().manual_seed(0)).mean(dim=0)``. The heatmap's colour
     scale runs from 0 to 2 at every ``p`` (larger values get the top colour, and every cell shows its number), so
     a small survivor never looks like a dropped weight; dropped weights are crossed out, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
     """
@@ -127,7 +129,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     def redraw(p: float, seed: int) -> None:
         generator = torch.Generator().manual_seed(seed)
         dropped, keep = attention_dropout(attn_weights, p, generator)                    # (T, T) each
-        mean_sums = dropout_row_sums(attn_weights, p, _MEAN_DRAWS, generator).mean(dim=0)  # (T,)
+        # The same 2,000 draws at every seed (their own generator, seed 0): the lesson prints their means.
+        mean_sums = dropout_row_sums(attn_weights, p, _MEAN_DRAWS, torch.Generator().manual_seed(0)).mean(dim=0)
         top = 1 / (1 - p)
         num_dropped = int((visible & ~keep).sum())
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
