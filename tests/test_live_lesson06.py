@@ -155,7 +155,8 @@ def test_split_heads_diagram_names_its_axes_and_the_batch():
     texts = [text.get_text() for text in split_heads_diagram(6, 12, 3).axes[0].texts]
     assert texts.count("token") == 2 and texts.count("features →") == 2       # input and output grids
     assert all(str(r) in texts for r in range(6))                             # the rows are numbered tokens
-    assert any("one of the B sequences" in text for text in texts)
+    assert any("one of the b sequences" in text.lower() for text in texts)
+    assert "transpose(1, 2),\nreshape" in texts   # two lines: one would run into the deck of heads beside it
 
 
 def test_print_table_aligns_numbers_and_separates_thousands(capsys):

@@ -144,7 +144,8 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
           shape_text=f"(B, H, T, D) = (B, {H}, {T}, {D})", fontsize=fs)
     y_z = bottom + (deck_h - T)
     mid_z = y_z + T / 2
-    arrow(ax, (x2 - 0.4, mid_z), (x1 + d_out + 0.4, mid_z), "transpose(1, 2), reshape", fontsize=fs)
+    # two lines: one line would run into the deck's front card
+    arrow(ax, (x2 - 0.4, mid_z), (x1 + d_out + 0.4, mid_z), "transpose(1, 2),\nreshape", fontsize=fs)
     _sliced(ax, x1, y_z, T, H, D, PALETTE["context"], name="heads side by side",
             shape_text=f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs)
     arrow(ax, (x1 - 0.4, mid_z), (x0 + d_out + 0.4, mid_z), "$W_o$ (out_proj)", fontsize=fs)
@@ -154,8 +155,7 @@ def split_heads_diagram(num_tokens: int = 6, d_out: int = 12, num_heads: int = 3
     label(ax, x0 + d_out / 2, y_z + T + 0.75, f"(B, T, d_out) = (B, {T}, {d_out})", fontsize=fs * 0.9,
           color="#525252")
     label(ax, x0 + d_out / 2, y_z - 0.45, "every feature mixes all heads", fontsize=fs * 0.8, color="#525252")
-    label(ax, width / 2, height - 1.2, f"Shapes include the batch axis B; the picture shows one of the B sequences "
-          f"(each goes the same way).\nT = {T} tokens,  H = {H} heads,  D = head_dim = d_out / H = {D};  "
-          f"one shade per head;  in every grid, a row is a token and a column a feature", fontsize=fs * 0.85,
-          color="#525252")
+    label(ax, width / 2, height - 1.2, f"One of the B sequences (each goes the same way).  T = {T} tokens,  H = {H} "
+          f"heads,  D = head_dim = d_out / H = {D}.\nOne shade per head;  in every grid, a row is a token and a column "
+          f"a feature.", fontsize=fs, color="#525252")
     return fig

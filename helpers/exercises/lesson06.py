@@ -499,11 +499,12 @@ causal_multi_head = _ModuleExercise(
     "Capstone: causal multi-head attention",
     "write class MyCausalMultiHeadAttention(nn.Module) with __init__(self, d_in, d_out, context_length, dropout, "
     "num_heads, qkv_bias=False) and forward(self, x): x of shape (batch_size, num_tokens, d_in), num_tokens <= "
-    "context_length, returns the context vectors (batch_size, num_tokens, d_out). Four nn.Linear attributes: "
-    "W_query, W_key, W_value (d_in -> d_out, bias=qkv_bias) and out_proj (d_out -> d_out, with bias), and no other "
-    "parameters; the checker copies the course's weights into them. Dropout: nn.Dropout(dropout) or F.dropout, "
-    "once, on the attention weights after the softmax; in train() the checker gives your dropout and the "
-    "reference's the same coin flips. Not allowed: F.scaled_dot_product_attention, the course's "
+    "context_length, returns only the context vectors (batch_size, num_tokens, d_out). The checker gives your layer "
+    "the course's weights and compares it with MultiHeadAttention on several sizes, in eval() and train(). Four "
+    "nn.Linear attributes: W_query, W_key, W_value (d_in -> d_out, bias=qkv_bias) and out_proj (d_out -> d_out, "
+    "with bias), and no other parameters. Dropout: nn.Dropout(dropout) or F.dropout, once, on the attention weights "
+    "after the softmax, off in eval(); in train() the checker makes both layers drop the same weights. Not "
+    "allowed: F.scaled_dot_product_attention, the course's "
     "scaled_dot_product_attention, MultiHeadAttention, MultiHeadAttentionWrapper, CausalAttention, "
     "nn.MultiheadAttention.",
     reference=MultiHeadAttention,
