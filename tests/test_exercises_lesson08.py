@@ -54,62 +54,34 @@ def test_lock_steps_cases_hold_a_dip_a_row_that_never_locks_and_one_locked_from_
     assert first_crossings != locks   # the dipping row separates "first above" from "stays above"
 
 
-def _ceiling_by_scatter(ids, vocab_size):
-    counts = torch.zeros(ids.shape[0], vocab_size).scatter_add_(1, ids, torch.ones(ids.shape))   # (B, V)
-    own = (ids.unsqueeze(-1) == torch.arange(vocab_size)).float()                               # (B, T, V)
-    return ((counts.unsqueeze(1) - own).amax(-1) / (ids.shape[1] - 1)).mean()
+def _ceiling(test_ids, vocab_size):
+    """The deep dive's ceiling: the best accuracy possible without positions, as the notebook computes it."""
+    own = torch.nn.functional.one_hot(test_ids, vocab_size)
+    others = own.sum(dim=1, keepdim=True) - own
+    return float((others.max(dim=-1).values / (test_ids.shape[1] - 1)).float().mean())
 
 
-@pytest.mark.parametrize("answer", [
-    _ceiling_by_scatter,
-    lambda ids, v: ((torch.nn.functional.one_hot(ids, v).sum(1, keepdim=True) - torch.nn.functional.one_hot(ids, v))
-                    .max(-1).values.double() / (ids.shape[1] - 1)).mean(),
-])
-def test_blind_ceiling_accepts_every_right_form(answer):
-    assert lesson08.blind_ceiling.check(answer).passed
+def _reference_ceiling(token_ids, vocab_size):
+    num_tokens, total = token_ids.shape[1], 0.0
+    for sequence in token_ids.tolist():
+        for own in sequence:
+            others = list(sequence)
+            others.remove(own)   # the source is one of the other T - 1 tokens, each equally likely
+            total += max(others.count(letter) for letter in range(vocab_size)) / (num_tokens - 1)
+    return total / token_ids.numel()
 
 
-def _looped_ceiling(ids, v):
-    total = 0.0
-    for row in ids:
-        counts = torch.bincount(row, minlength=v)
-        for letter in row:
-            others = counts.clone()
-            others[letter] -= 1
-            total += float(others.max()) / (ids.shape[1] - 1)
-    return torch.tensor(total / ids.numel())
-
-
-@pytest.mark.parametrize("wrong, words", [
-    (lambda ids, v: torch.tensor(1.0 / v), "chance"),
-    (lambda ids, v: (torch.nn.functional.one_hot(ids, v).sum(1).max(-1).values / (ids.shape[1] - 1)).mean(),
-     "own letter"),
-    (_looped_ceiling, "no Python loop"),
-    (lambda ids, v: 0.3, "expected"),
-])
-def test_blind_ceiling_rejects_wrong_answers(wrong, words):
-    feedback = lesson08.blind_ceiling.check(wrong)
-    assert feedback.status == "wrong" and words in feedback.message, feedback.message
-
-
-def test_the_ceiling_is_what_the_lesson_s_model_without_positions_reaches():
-    """The claim behind exercise 2: the no-positions model of section 6 ends at the ceiling, not below it."""
-    from helpers.toy_model import FetchTask, train_toy_model
-
-    task = FetchTask.reversal(num_tokens=8, vocab_size=10)
-    watch_ids = task.sample(8, torch.Generator().manual_seed(1))
-    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
-    ceiling = float(lesson08.blind_ceiling._solution(test_ids, 10))
-    blind = train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
-                            checkpoint_every=50, use_positions=False)
-    assert 0.30 < ceiling < 0.33
-    assert abs(blind.accuracies[-1] - ceiling) < 0.02
+def test_the_notebook_s_ceiling_formula_equals_the_counting_by_hand():
+    g = torch.Generator().manual_seed(0)
+    for batch, tokens, vocab in ((3, 4, 4), (200, 8, 10), (50, 6, 3)):
+        ids = torch.randint(0, vocab, (batch, tokens), generator=g)
+        assert abs(_ceiling(ids, vocab) - _reference_ceiling(ids, vocab)) < 1e-6
 
 
 def test_the_ceiling_is_an_expectation_the_model_meets_and_its_score_is_luck_of_the_order():
-    """What exercise 2 says about 32.0% against a ceiling of 31.6%: the model's answers are the best guesses, its
-    EXPECTED accuracy over the orders of each test sequence's letters equals the ceiling, and the score on the one
-    order the test set holds lies within the spread of scores over other orders."""
+    """What the deep dive says about 32.0% against a ceiling of 31.6%: the model's answers are the best guesses,
+    its EXPECTED accuracy over the orders of each test sequence's letters equals the ceiling, and the score on the
+    one order the test set holds lies within the spread of scores over other orders."""
     from helpers.toy_model import FetchTask, train_toy_model
 
     task = FetchTask.reversal(num_tokens=8, vocab_size=10)
@@ -117,7 +89,7 @@ def test_the_ceiling_is_an_expectation_the_model_meets_and_its_score_is_luck_of_
     test_ids = task.sample(1000, torch.Generator().manual_seed(2))
     blind = train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
                             checkpoint_every=50, use_positions=False)
-    ceiling = float(lesson08.blind_ceiling._solution(test_ids, 10))
+    ceiling = _ceiling(test_ids, 10)
     with torch.no_grad():
         answers = blind.model(test_ids).argmax(dim=-1)                                 # (1000, 8)
     own = torch.nn.functional.one_hot(test_ids, 10)
@@ -139,65 +111,123 @@ def test_the_ceiling_is_an_expectation_the_model_meets_and_its_score_is_luck_of_
     assert float(scores.max()) > blind.accuracies[-1]   # other orders score higher still
 
 
-def _forward_by_position_ids(model, token_ids):
-    positions = torch.arange(token_ids.shape[1])                                 # (T,)
-    x = model.token_embedding(token_ids) + model.position_embedding(positions)   # (B, T, d_model)
-    return model.unembed(model.attention(x))
+# --- exercise 2: checkpoints that share memory with the parameters ------------------------------------------------
+def _history_by_deepcopy(model, train_one_step, num_steps, every):
+    import copy
+    history = [copy.deepcopy(model.position_embedding.weight)]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(copy.deepcopy(model.position_embedding.weight))
+    return torch.stack(history)
 
 
-def _forward_with_weights(model, token_ids):
-    x = model.token_embedding(token_ids) + model.position_embedding.weight.unsqueeze(0)
-    context_vecs, _ = model.attention(x, return_weights=True)
-    return model.unembed(context_vecs)
+def _history_by_clone_then_detach(model, train_one_step, num_steps, every):
+    history = [model.position_embedding.weight.clone().detach()]
+    for step in range(num_steps):
+        train_one_step()
+        if (step + 1) % every == 0:
+            history.append(model.position_embedding.weight.clone().detach())
+    return torch.stack(history)
 
 
-@pytest.mark.parametrize("answer", [_forward_by_position_ids, _forward_with_weights])
-def test_positions_forward_accepts_every_right_form(answer):
-    assert lesson08.positions_forward.check(answer).passed
+def _history_under_no_grad(model, train_one_step, num_steps, every):
+    def keep():
+        with torch.no_grad():
+            return model.position_embedding.weight.clone()
+    history = [keep()]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(keep())
+    return torch.stack(history)
+
+
+def _history_from_state_dict_copied(model, train_one_step, num_steps, every):
+    history = [model.state_dict()["position_embedding.weight"].clone()]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.state_dict()["position_embedding.weight"].clone())
+    return torch.stack(history)
+
+
+def _history_stacked_as_it_goes(model, train_one_step, num_steps, every, copy_first=True):
+    first = model.position_embedding.weight.detach()
+    history = (first.clone() if copy_first else first).unsqueeze(0)
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:   # torch.cat copies what it joins, at the moment it joins it
+            history = torch.cat([history, model.position_embedding.weight.detach().unsqueeze(0)])
+    return history
+
+
+@pytest.mark.parametrize("answer", [_history_by_deepcopy, _history_by_clone_then_detach, _history_under_no_grad,
+                                    _history_from_state_dict_copied, _history_stacked_as_it_goes])
+def test_checkpoint_copies_accepts_every_right_form(answer):
+    assert lesson08.checkpoint_copies.check(answer).passed
+
+
+def _aliasing(keep):
+    def history_fn(model, train_one_step, num_steps, every):
+        history = [keep(model)]
+        for step in range(1, num_steps + 1):
+            train_one_step()
+            if step % every == 0:
+                history.append(keep(model))
+        return torch.stack(history)
+    return history_fn
 
 
 @pytest.mark.parametrize("wrong, words", [
-    (lesson08.buggy_forward, "AFTER the attention"),
-    (lambda m, t: m.unembed(m.attention(m.token_embedding(t))), "no position vectors"),
-    (lambda m, t: m.unembed(m.attention(m.token_embedding(t) + m.position_embedding.weight)
-                            + m.position_embedding.weight), "twice"),
-    (lambda m, t: m(t), "not to call"),
-    (lambda m, t: m.forward(t), "not to call"),
+    (lesson08.buggy_position_history, "shares its memory"),
+    (_aliasing(lambda m: m.position_embedding.weight.data), "shares its memory"),
+    (_aliasing(lambda m: m.state_dict()["position_embedding.weight"]), "shares its memory"),
+    (_aliasing(lambda m: m.position_embedding.weight.detach().cpu()), "shares its memory"),
+    (_aliasing(lambda m: m.position_embedding.weight.detach().to(torch.float32)), "shares its memory"),
+    (lesson08._first_copied_only, "step-0 table is right"),
+    (lesson08._no_step_zero, "step 0"),
+    (lesson08._kept_before_the_step, "after the last step is missing"),
+    # torch.cat copies, but only at the first checkpoint after step 0: by then the uncopied step 0 has moved
+    (lambda model, step, n, every: _history_stacked_as_it_goes(model, step, n, every, copy_first=False),
+     "the values are not"),
+    (lambda model, step, n, every: torch.stack([model.position_embedding.weight.detach().clone()] * (n // every + 1)),
+     "the values are not"),
 ])
-def test_positions_forward_names_each_mistake(wrong, words):
-    feedback = lesson08.positions_forward.check(wrong)
+def test_checkpoint_copies_names_each_mistake(wrong, words):
+    feedback = lesson08.checkpoint_copies.check(wrong)
     assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
-def _train_through(forward, monkeypatch, use_positions=True):
-    from helpers.toy_model import AttentionOnlyModel, FetchTask, train_toy_model
+def test_checkpoint_copies_cases_are_irregular_and_every_case_shows_the_bug():
+    """Each case: the bug's stored step 0 differs from the real untrained table (the weights do move) and every entry
+    of the bug's history is the same table; Adam and plain SGD; one case where every does not divide num_steps, one
+    with a checkpoint after every step."""
+    cases = lesson08.checkpoint_copies.cases(torch.Generator().manual_seed(0))
+    recipes = [case.args for case in cases]
+    assert any(r[-2] % r[-1] for r in recipes) and any(r[-1] == 1 for r in recipes)
+    assert {r[3] for r in recipes} == {torch.optim.Adam, torch.optim.SGD}
+    for case in cases:
+        args, _ = case.fresh_args()
+        right = lesson08.checkpoint_copies.reference(*args)
+        args, _ = case.fresh_args()
+        buggy = lesson08.buggy_position_history(*args)
+        assert right.shape == buggy.shape
+        assert (right[0] - buggy[0]).abs().max() > 1e-3
+        assert all(torch.equal(entry, buggy[-1]) for entry in buggy)   # one table, the final one, in every entry
 
-    def patched(self, token_ids, return_weights=False):
-        logits = forward(self, token_ids)
-        return (logits, self.attention(self.token_embedding(token_ids), return_weights=True)[1]) \
-            if return_weights else logits
-    monkeypatch.setattr(AttentionOnlyModel, "forward", patched)
-    task = FetchTask.reversal(num_tokens=8, vocab_size=10)
-    watch_ids = task.sample(8, torch.Generator().manual_seed(1))
-    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
-    return train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
-                           checkpoint_every=50, use_positions=use_positions)
 
-
-def test_the_buggy_forward_stalls_at_a_third_and_the_fix_learns(monkeypatch):
-    """What the exercise claims: trained through the buggy forward, the model stalls at about a third on reversal,
-    like section 6's model without positions; the fixed forward is the lesson's model and learns the task."""
-    buggy = _train_through(lesson08.buggy_forward, monkeypatch)
-    assert 0.30 < buggy.accuracies[-1] < 0.34
-    fixed = _train_through(lesson08.positions_forward._solution, monkeypatch)
-    assert fixed.accuracies[-1] > 0.99
+def test_checking_the_history_leaves_the_learner_s_random_stream_alone():
+    torch.manual_seed(5)
+    expected = torch.rand(3)
+    torch.manual_seed(5)
+    lesson08.checkpoint_copies.check(lesson08.checkpoint_copies._solution)
+    torch.testing.assert_close(torch.rand(3), expected)
 
 
 @pytest.mark.parametrize("name, answer_words", [
     ("lock_steps", ["cumprod", "cummin", "flip(", "argmax", "torch.where"]),
-    ("blind_ceiling", ["T - 1", "one_hot", "max(", "num_tokens - 1"]),
-    ("positions_forward", ["before the attention", "BEFORE", "x = x +", "position_embedding.weight", "after the",
-                           "move", "swap"]),
+    ("checkpoint_copies", [".clone()", "clone(", "deepcopy", "copy.", "torch.no_grad"]),
 ])
 def test_hints_are_nudges_not_answers(name, answer_words):
     hints = " ".join(getattr(lesson08, name)._hints)
@@ -205,11 +235,10 @@ def test_hints_are_nudges_not_answers(name, answer_words):
         assert words not in hints, f"{name}: a hint gives away {words!r}"
 
 
-def test_there_is_a_non_spot_the_bug_exercise_and_one_spot_the_bug():
+def test_one_exercise_and_one_spot_the_bug():
     exercises = [getattr(lesson08, name) for name in lesson08.__all__]
     kinds = [type(e).__name__ for e in exercises]
-    assert kinds.count("SpotTheBug") == 1 and kinds.count("FunctionExercise") == 2
-    assert "softmax" not in lesson08.positions_forward.task  # not another softmax-dimension bug
+    assert kinds == ["FunctionExercise", "SpotTheBug"]
 
 
 def test_lock_steps_uses_irregular_checkpoint_steps():

@@ -1,8 +1,7 @@
 """Exercises for notebook 08: watching attention learn.
 
 1. read the training record: the step at which each output position locks onto its source;
-2. predict a ceiling: the best accuracy any model without positions can reach on reversal;
-3. spot the bug: a forward pass that trains no better than a model without positions.
+2. spot the bug: checkpoints that are views of the live parameters, so every one shows the final weights.
 """
 
 from __future__ import annotations
@@ -10,9 +9,9 @@ from __future__ import annotations
 import torch
 
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, no_loops
 
-__all__ = ["lock_steps", "blind_ceiling", "positions_forward"]
+__all__ = ["lock_steps", "checkpoint_copies"]
 
 
 # --- 1. the step at which each row locks ------------------------------------------------------------------------
@@ -108,149 +107,137 @@ lock_steps = FunctionExercise(
 )
 
 
-# --- 2. the best accuracy possible without positions ---------------------------------------------------------
-def _blind_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, tokens, vocab):
-        return Case(description, (torch.randint(0, vocab, (batch, tokens), generator=g), vocab))
-    few = torch.tensor([[0, 0, 1, 2], [1, 1, 1, 1], [0, 1, 2, 3]])
-    return [Case("3 sequences of 4 tokens, 4 letters: [[A A B C], [B B B B], [A B C D]]", (few, 4)),
-            case("200 sequences of 8 tokens, 10 letters", 200, 8, 10),
-            case("50 sequences of 6 tokens, 3 letters", 50, 6, 3)]
+# --- 2. spot the bug: checkpoints that share memory with the parameters ----------------------------------------
+class _TrainingCase(Case):
+    """A case whose inputs are a freshly built model and its training step: every call trains its own copy.
+
+    ``args`` holds the recipe (so the case can be described and compared); ``fresh_args`` builds the model, an
+    optimiser and a seeded batch generator from it, and returns ``(model, train_one_step, num_steps, every)``.
+    """
+
+    def fresh_args(self) -> tuple[tuple, dict]:
+        from ..toy_model import AttentionOnlyModel
+        task, d_model, num_heads, optimizer_class, lr, seed, num_steps, every = self.args
+        with torch.random.fork_rng(devices=[]):   # building a model must not move the learner's random stream
+            torch.manual_seed(seed)
+            model = AttentionOnlyModel(task.vocab_size, task.num_tokens, d_model, num_heads)
+        optimizer = optimizer_class(model.parameters(), lr=lr)
+        generator = torch.Generator().manual_seed(seed)
+
+        def train_one_step() -> float:
+            token_ids = task.sample(16, generator)                                   # (16, T): a fresh batch
+            logits = model(token_ids)                                                # (16, T, vocab_size)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), task.targets(token_ids).flatten())
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()                                                         # changes every parameter in place
+            return loss.item()
+
+        return (model, train_one_step, num_steps, every), {}
 
 
-def _reference_blind_ceiling(token_ids, vocab_size):
-    num_tokens = token_ids.shape[1]
-    total = 0.0
-    for sequence in token_ids.tolist():
-        for own in sequence:
-            others = list(sequence)
-            others.remove(own)   # the source is one of the other T - 1 tokens, each equally likely
-            total += max(others.count(letter) for letter in range(vocab_size)) / (num_tokens - 1)
-    return torch.tensor(total / token_ids.numel())
+def _history_cases(g: torch.Generator) -> list[Case]:
+    from ..toy_model import FetchTask
+    return [
+        _TrainingCase("the lesson's model (reversal of 8 tokens, d_model 32, 2 heads, Adam), 12 steps, a checkpoint "
+                      "every 4", (FetchTask.reversal(8, 10), 32, 2, torch.optim.Adam, 0.01, 1, 12, 4)),
+        _TrainingCase("rotation by 2 of 5 tokens, 6 letters, d_model 12, 3 heads, plain SGD, 10 steps, a checkpoint "
+                      "every 3 (3 does not divide 10)",
+                      (FetchTask.rotation(5, 2, 6), 12, 3, torch.optim.SGD, 1.0, 2, 10, 3)),
+        _TrainingCase("reversal of 6 tokens, d_model 16, 1 head, Adam, 3 steps, a checkpoint after every step",
+                      (FetchTask.reversal(6, 10), 16, 1, torch.optim.Adam, 0.05, 3, 3, 1)),
+    ]
 
 
-def _solution_blind_ceiling(token_ids, vocab_size):
-    num_tokens = token_ids.shape[1]
-    own = torch.nn.functional.one_hot(token_ids, vocab_size)       # (B, T, vocab_size): each position's letter
-    counts = own.sum(dim=1, keepdim=True)                          # (B, 1, vocab_size): letters in the sequence
-    others = counts - own                                          # (B, T, vocab_size): letters at other positions
-    best = others.max(dim=-1).values / (num_tokens - 1)            # (B, T): chance that the best guess is right
-    return best.mean()
+def _reference_history(model, train_one_step, num_steps, every):
+    table = model.position_embedding.weight
+    history = [table.detach().clone()]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(table.detach().clone())
+    return torch.stack(history)
 
 
-def _counts(token_ids, vocab_size):
-    own = torch.nn.functional.one_hot(token_ids, vocab_size)
-    return own, own.sum(dim=1, keepdim=True)
+def buggy_position_history(model, train_one_step, num_steps, every):
+    # Keep the position table P (T, d_model) before the first step and after every `every`-th step of training.
+    history = [model.position_embedding.weight.detach()]                   # step 0
+    for step in range(1, num_steps + 1):
+        train_one_step()                                                    # one optimiser step on every parameter
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach())
+    return torch.stack(history)                                             # (num_checkpoints, T, d_model)
 
 
-blind_ceiling = FunctionExercise(
-    "The best accuracy possible without positions",
-    "write blind_ceiling(token_ids, vocab_size): token_ids (batch, num_tokens) are reversal inputs, num_tokens "
-    "even. A model that cannot see positions answers at each position from that position's letter and the "
-    "letter counts of its sequence (how many times each letter occurs, not where). For every sequence and output "
-    "position, take the probability that the best such answer is right when the letters of that sequence stand in "
-    "a random order (every order equally likely); return the mean over all positions of all sequences, as a "
-    "0-dim tensor. No Python loop.",
-    reference=_reference_blind_ceiling,
-    cases=_blind_cases,
-    hint=["Put yourself in the model's place at one output position: you see your own letter and the bag of "
-          "letters of the sequence, not where they stand. Where can your source be, and how likely is each "
-          "letter to be there?",
-          "With an even number of tokens, no output position is its own source. So which tokens are candidates "
-          "for the source, and how many of them are there?"],
-    solution=_solution_blind_ceiling,
+def _solution_position_history(model, train_one_step, num_steps, every):
+    # .detach() alone is a view of the parameter's memory, which the optimiser overwrites at every step:
+    # .clone() keeps the values as they are now.
+    history = [model.position_embedding.weight.detach().clone()]           # step 0
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach().clone())
+    return torch.stack(history)                                             # (num_checkpoints, T, d_model)
+
+
+def _first_copied_only(model, train_one_step, num_steps, every):
+    history = [model.position_embedding.weight.detach().clone()]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach())
+    return torch.stack(history)
+
+
+def _no_step_zero(model, train_one_step, num_steps, every):
+    history = []
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach().clone())
+    return torch.stack(history)
+
+
+def _kept_before_the_step(model, train_one_step, num_steps, every):
+    history = []
+    for step in range(num_steps):
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach().clone())
+        train_one_step()
+    return torch.stack(history)
+
+
+checkpoint_copies = SpotTheBug(
+    "Spot the bug: every checkpoint shows the final weights",
+    "position_history(model, train_one_step, num_steps, every) should watch the position table P of an "
+    "AttentionOnlyModel being learned: keep model.position_embedding.weight, shape (T, d_model), before the first "
+    "step (step 0) and after steps every, 2 * every, ... up to num_steps (every need not divide num_steps), calling "
+    "train_one_step() exactly num_steps times, and return them stacked, (num_checkpoints, T, d_model). The code "
+    "below runs and returns the right shape, yet every checkpoint, step 0 included, holds the trained table. Find "
+    "the bug and fix it. The checker calls your function on fresh untrained models and compares the tables.",
+    reference=_reference_history,
+    cases=_history_cases,
+    hint=["Step 0 holds the trained table although it was taken before any training. Was it taken too late, "
+          "or did it change after it was taken? Compare the `data_ptr()` of a stored entry with the "
+          "parameter's.",
+          "optimizer.step() writes the new values into the parameter's own memory. What does `.detach()` give "
+          "you: new memory with today's values, or a new name for the same memory?"],
+    solution=_solution_position_history,
+    buggy=buggy_position_history,
+    bug_message="every checkpoint shares its memory with the parameter. `.detach()` makes a tensor that is cut off "
+                "from the autograd graph but reads the same memory, and the optimiser overwrites that memory in "
+                "place at every step, so by the time you stack them every entry holds the final table. `.data`, the "
+                "tensors of `model.state_dict()`, and `.to(...)` or `.cpu()` on a tensor already on that device "
+                "share the memory too. A checkpoint must keep the values themselves.",
     mistakes=[
-        Mistake(lambda ids, v: (_counts(ids, v)[1].max(dim=-1).values / ids.shape[1]).float().mean(),
-                "you let the source be any of the T tokens, the output's own included. With T even, no output "
-                "position is its own source: it is one of the OTHER T - 1 tokens."),
-        Mistake(lambda ids, v: (_counts(ids, v)[1].max(dim=-1).values / (ids.shape[1] - 1)).float().mean(),
-                "you counted the output's own letter among the candidates for its source. The source is another "
-                "position: take the output's own token out of the count."),
-        Mistake(lambda ids, v: ((_counts(ids, v)[1] - _counts(ids, v)[0]).max(dim=-1).values
-                                / ids.shape[1]).float().mean(),
-                "the source is one of the other T - 1 tokens, each equally likely: divide by T - 1."),
-        Mistake(lambda ids, v: torch.tensor(1.0 / v),
-                "that is chance, a blind guess among all letters. The model sees which letters the sequence holds: "
-                "it can do better."),
+        Mistake(_first_copied_only,
+                "your step-0 table is right, but every later checkpoint holds the final table: the later "
+                "checkpoints still share the parameter's memory, as in the buggy code."),
+        Mistake(_no_step_zero,
+                "your history starts after the first `every` steps. Keep the untrained table too, before the "
+                "first step (step 0)."),
+        Mistake(_kept_before_the_step,
+                "you keep each table before a training step, so the table after the last step is missing when "
+                "`every` divides `num_steps`. Keep it after steps every, 2 * every, ... up to num_steps."),
     ],
-    rules=[no_loops()],
-)
-
-
-# --- 3. spot the bug: positions added after the attention --------------------------------------------------------
-def _model(seed: int, num_tokens: int, vocab_size: int, d_model: int, num_heads: int):
-    from ..toy_model import AttentionOnlyModel
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = AttentionOnlyModel(vocab_size, num_tokens, d_model, num_heads).eval()
-        with torch.no_grad():   # position vectors as large as a trained model's, so every mistake shows
-            model.position_embedding.weight.normal_(0.0, 1.0)
-    return model
-
-
-def _model_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, num_tokens, vocab_size, d_model, num_heads):
-        model = _model(int(torch.randint(0, 2**31 - 1, (1,), generator=g)), num_tokens, vocab_size, d_model,
-                       num_heads)
-        return Case(description, (model, torch.randint(0, vocab_size, (batch, num_tokens), generator=g)))
-    return [case("the lesson's sizes: 4 sequences of 8 tokens, 10 letters, d_model 32, 2 heads", 4, 8, 10, 32, 2),
-            case("3 sequences of 5 tokens, 6 letters, d_model 12, 3 heads", 3, 5, 6, 12, 3),
-            case("1 sequence of 8 tokens, 10 letters, d_model 16, 1 head", 1, 8, 10, 16, 1)]
-
-
-def _reference_forward(model, token_ids):
-    with torch.no_grad():
-        return model(token_ids)
-
-
-def buggy_forward(model, token_ids):
-    # token_ids (B, T) long -> logits (B, T, vocab_size), from the parts of an AttentionOnlyModel
-    x = model.token_embedding(token_ids)                            # (B, T) -> (B, T, d_model)
-    context_vecs = model.attention(x)                               # (B, T, d_model)
-    context_vecs = context_vecs + model.position_embedding.weight   # (B, T, d_model) + (T, d_model)
-    return model.unembed(context_vecs)                              # (B, T, d_model) -> (B, T, vocab_size)
-
-
-def _solution_forward(model, token_ids):
-    x = model.token_embedding(token_ids)                            # (B, T) -> (B, T, d_model)
-    x = x + model.position_embedding.weight                         # positions BEFORE the scores s_ij
-    context_vecs = model.attention(x)                               # (B, T, d_model)
-    return model.unembed(context_vecs)                              # (B, T, d_model) -> (B, T, vocab_size)
-
-
-def _no_positions(model, token_ids):
-    return model.unembed(model.attention(model.token_embedding(token_ids)))
-
-
-def _positions_twice(model, token_ids):
-    x = model.token_embedding(token_ids) + model.position_embedding.weight
-    return model.unembed(model.attention(x) + model.position_embedding.weight)
-
-
-positions_forward = SpotTheBug(
-    "Spot the bug: a model that stalls at a third",
-    "forward(model, token_ids) should compute the logits (B, T, vocab_size) of an AttentionOnlyModel from its "
-    "parts, model.token_embedding, model.position_embedding, model.attention and model.unembed, without calling "
-    "model(...) itself. This version uses every part and returns logits of the right shape, yet a model trained "
-    "through it stalls at about a third on reversal, like section 6's model. Find the bug and fix it.",
-    reference=_reference_forward,
-    cases=_model_cases,
-    hint=["Pick two positions that hold the same letter, say C at positions 2 and 6. In this code, do their "
-          "queries differ? Do their attention weights?",
-          "An output is right only if its attention picked the right key. Which of the parts can tell the scores "
-          "s_ij where token i and token j stand?"],
-    solution=_solution_forward,
-    buggy=buggy_forward,
-    bug_message="the position vectors are added to the context vectors, AFTER the attention. The queries and keys "
-                "are then made from the letters alone, so the weights cannot depend on where a token stands: the "
-                "attention sees a bag of tokens, as in section 6, and the late position vector only shifts each "
-                "output's logits by the same amount whatever the input.",
-    mistakes=[
-        Mistake(_no_positions, "your logits use no position vectors at all: that is section 6's model, which "
-                               "cannot reverse. The positions belong in the model, at the right place."),
-        Mistake(_positions_twice, "you add the position vectors twice, before and after the attention. The model "
-                                  "adds them once."),
-    ],
-    rules=[forbids("helpers.toy_model.AttentionOnlyModel.forward",
-                   why="Build the logits from the model's parts, as the model's own forward does.")],
 )
