@@ -2,7 +2,8 @@
 
 :func:`kv_cache_step_diagram` draws the newest token ``x_t`` projected to one query ``q_t`` and one new row of
 ``K`` and of ``V``; the rows above come from the cache. The query meets every key: one row of scores
-``(1, T_k)``, one row of weights, one context vector ``z_t``. The sizes come from the arguments.
+``(1, T_k)``, one row of weights, one context vector ``z_t``. The arrows into the scores and into ``z_t`` leave the
+whole of ``K`` and of ``V`` (cached rows and the new one). The sizes come from the arguments.
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     # the cache: K and V, the new row outlined
     kx, vx = qx, qx + head_dim + 2.5
     for x, color, name in ((kx, PALETTE["keys"], "$K$"), (vx, PALETTE["values"], "$V$")):
-        tensor_grid(ax, x, cache_top, num_keys, head_dim, color=color, name=name,
-                    shape_text=f"({num_keys}, {head_dim})")
+        tensor_grid(ax, x, cache_top, num_keys, head_dim, color=color, shape_text=f"({num_keys}, {head_dim})")
+        label(ax, x - 0.8, cache_top + num_keys / 2, name, fontsize=11, fontweight="bold")  # left of the block
         _outline(ax, x, new_row, 1, head_dim)
     ax.add_patch(Rectangle((kx - 0.25, cache_top - 0.15), vx + head_dim - kx + 0.5, num_cached + 0.05,
                            fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
@@ -60,10 +61,11 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     arrow(ax, (gap_x, new_row + 0.5), (vx, new_row + 0.5), "$W_v$", fontsize=9)
     # scores, weights, context: one row each
     sx = vx + head_dim + 3.0
-    tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"], name="scores $q_t K^\\top$",
-                shape_text=f"(1, {num_keys})")
+    tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"],
+                name="scores $q_t K^\\top / \\sqrt{d_\\mathrm{head}}$", shape_text=f"(1, {num_keys})")
     arrow(ax, (qx + head_dim, top + 0.5), (sx, top + 0.5))
-    arrow(ax, (kx + head_dim / 2, cache_top - 0.6), (sx + 0.5, top + 1.1))
+    ax.plot([kx, kx + head_dim], [cache_top - 0.5] * 2, color="#252525", linewidth=1.2)   # a bar over all of K
+    arrow(ax, (kx + head_dim / 2, cache_top - 0.5), (sx + 0.5, top + 1.1))
     wy = top + 3.5
     tensor_grid(ax, sx, wy, 1, num_keys, color=PALETTE["weights"], name="weights $a_t$ (softmax)",
                 shape_text=f"(1, {num_keys})")
@@ -72,7 +74,8 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     tensor_grid(ax, sx, zy, 1, head_dim, color=PALETTE["context"], name="$z_t = a_t V$",
                 shape_text=f"(1, {head_dim})")
     arrow(ax, (sx + num_keys / 2, wy + 1.5), (sx + head_dim / 2, zy - 0.6))
-    arrow(ax, (vx + head_dim, new_row + 0.5), (sx, zy + 0.5))
+    ax.plot([vx + head_dim + 0.6] * 2, [cache_top, cache_top + num_keys], color="#252525", linewidth=1.2)
+    arrow(ax, (vx + head_dim + 0.6, cache_top + num_keys / 2), (sx, zy + 0.5))   # from a bar beside all of V
     for x, y, rows, cols in ((sx, top, 1, num_keys), (sx, wy, 1, num_keys), (sx, zy, 1, head_dim)):
         _outline(ax, x, y, rows, cols)
     label(ax, width / 2, 0.8, f"One decoding step: 1 query, 1 new key and value, {num_keys} keys in all "

@@ -57,7 +57,7 @@ window_mask = FunctionExercise(
     "write window_mask(num_queries, num_keys, window_size): the bool mask (num_queries, num_keys), True = hide, "
     "for the last num_queries tokens of a sequence of num_keys tokens (the new tokens, after a cache) meeting "
     "all num_keys keys, with a sliding window: a query at position p sees the keys j with p - window_size < j <= p. "
-    "Build it from positions: calls of the course's decode_mask and sliding_window_mask are not accepted.",
+    "Build it from positions, without the course's decode_mask or sliding_window_mask.",
     reference=_reference_window_mask,
     cases=_mask_cases,
     hint=["Write down the position of each query first: with 2 new queries among 4 keys, which positions are they "
