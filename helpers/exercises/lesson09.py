@@ -23,8 +23,9 @@ def _alibi_cases(g: torch.Generator) -> list[Case]:
     def case(description, num_heads, num_tokens, slopes, scale=1.0, shift=0.0):
         scores = randn(g, num_heads, num_tokens, num_tokens, scale=scale) + shift
         return Case(description, (scores, torch.tensor(slopes)))
-    return [case("2 heads, 5 tokens, slopes 0.5 and 0.25", 2, 5, [0.5, 0.25]),
-            case("3 heads, 3 tokens, slopes 1, 0.5 and 0.25", 3, 3, [1.0, 0.5, 0.25]),
+    # The square case comes first: slopes broadcast on the query axis only run (silently wrong) when H == T.
+    return [case("3 heads, 3 tokens, slopes 1, 0.5 and 0.25", 3, 3, [1.0, 0.5, 0.25]),
+            case("2 heads, 5 tokens, slopes 0.5 and 0.25", 2, 5, [0.5, 0.25]),
             case("1 head, 1 token", 1, 1, [1.0]),
             case("4 heads, 7 tokens, slopes 1/2, 1/4, 1/8, 1/16, large scores (times 30)", 4, 7,
                  [0.5, 0.25, 0.125, 0.0625], scale=30.0),
@@ -68,9 +69,6 @@ def _alibi_no_mask(attn_scores, slopes):
 
 def _alibi_slopes_on_the_wrong_axis(attn_scores, slopes):
     distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
-    num_heads, num_tokens = slopes.shape[0], attn_scores.shape[-1]
-    if num_heads != num_tokens:
-        raise ValueError("only catches the square case")
     biased = attn_scores - slopes[:, None] * distance               # slope per query row, not per head
     return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
 
