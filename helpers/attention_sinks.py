@@ -24,8 +24,8 @@ __all__ = ["start_token_weight", "SinkCache", "streaming_logits"]
 def start_token_weight(attn_weights: torch.Tensor, periods: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean weight on key 0 (the start token): ``(before, after)``, each ``(H,)``.
 
-    ``attn_weights`` ``(B, H, T, T)``, ``periods`` ``(B,)``. ``before``: the queries at positions ``1 .. L``,
-    whose token has not occurred yet (nothing to copy); ``after``: the queries from ``L + 1`` on.
+    ``attn_weights`` ``(B, H, T, T)``, ``periods`` ``(B,)``. ``before``: the queries at positions
+    ``1 .. Δ`` (Δ: the period), whose token has not occurred yet (nothing to copy); ``after``: the queries from ``Δ + 1`` on.
     """
     check_float_tensor("attn_weights", attn_weights)
     if attn_weights.dim() != 4 or periods.shape != attn_weights.shape[:1]:

@@ -1,7 +1,7 @@
 """Two attention layers that compose: the data, the model, the head scores and the knock-out of notebook 12.
 
-The data: a start token (id 0) at position 0, then a pattern of ``L`` distinct random tokens repeated until the
-end of the sequence; the period ``L`` is drawn anew for every sequence, so no fixed position holds the answer.
+The data: a start token (id 0) at position 0, then a pattern of ``Δ`` distinct random tokens repeated until the
+end of the sequence; the period ``Δ`` is drawn anew for every sequence, so no fixed position holds the answer.
 From the second period on, every next token is a copy: the token that followed the previous occurrence of the
 current token (what an *induction head* predicts; Elhage et al. 2021, Olsson et al. 2022).
 
@@ -27,9 +27,9 @@ from .gqa import GroupedQueryAttention, KVCache
 from .positions import LearnedPositions
 from .training import seeded, train_loop
 
-__all__ = ["START", "TOKENS", "encode", "repeated_sequences", "in_context_mask", "InductionModel", "knocked_out", "previous_token_score",
-           "prefix_matching_score", "copying_score", "in_context_loss", "next_token_loss", "InductionRun",
-           "train_induction_model"]
+__all__ = ["START", "TOKENS", "encode", "repeated_sequences", "in_context_mask", "InductionModel", "knocked_out",
+           "previous_token_score", "prefix_matching_score", "copying_score", "in_context_loss", "next_token_loss",
+           "InductionRun", "train_induction_model"]
 
 START = 0  # the id of the start token; the other ids are the random tokens
 TOKENS = ["<s>", *string.ascii_uppercase, *string.ascii_lowercase, *string.digits]  # 63 names: id -> name
@@ -45,9 +45,9 @@ def encode(text: str) -> torch.Tensor:
 def repeated_sequences(batch_size: int, num_tokens: int = 32, vocab_size: int = 63, min_period: int = 4,
                        max_period: int = 12, generator: torch.Generator | None = None,
                        ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids (B, T), periods (B,))``: the start token, then ``L`` distinct random tokens repeated until ``T``.
+    """``(ids (B, T), periods (B,))``: the start token, then ``Δ`` distinct random tokens repeated until ``T``.
 
-    Each sequence draws its period ``L`` uniformly from ``min_period..max_period`` and its pattern from the ids
+    Each sequence draws its period ``Δ`` uniformly from ``min_period..max_period`` and its pattern from the ids
     ``1 .. V - 1`` without repetition (so every token has at most one earlier occurrence per period).
     """
     for name, value in (("batch_size", batch_size), ("num_tokens", num_tokens), ("vocab_size", vocab_size),
@@ -67,7 +67,7 @@ def repeated_sequences(batch_size: int, num_tokens: int = 32, vocab_size: int = 
 def in_context_mask(periods: torch.Tensor, num_tokens: int) -> torch.Tensor:
     """``(B, T - 1)`` bool: the positions ``i`` whose next token an induction head can predict.
 
-    Position ``i`` predicts token ``i + 1``; from ``i = L + 1`` on, token ``i`` occurred at ``i - L`` and the
+    Position ``i`` predicts token ``i + 1``; from ``i = Δ + 1`` on, token ``i`` occurred at ``i - Δ`` and the
     token after that occurrence is the answer.
     """
     positions = torch.arange(num_tokens - 1)[None, :]  # (1, T - 1)
@@ -235,7 +235,8 @@ class InductionRun:
         in_context_losses: ``S`` floats, :func:`in_context_loss` on the evaluation batch.
         previous_token, prefix_matching, copying: ``(S, layers, H)`` head scores at each checkpoint
             (the first two on the evaluation batch).
-        watch_ids: ``(T,)`` one sequence of the evaluation batch, watched during training; ``watch_period`` its L.
+        watch_ids: ``(T,)`` one sequence of the evaluation batch, watched during training;
+            ``watch_period`` its period Δ.
         watch_weights: ``(S, layers, H, T, T)`` every head's weights on ``watch_ids`` at each checkpoint.
     """
 
@@ -263,7 +264,7 @@ def next_token_loss(model: InductionModel, token_ids: torch.Tensor) -> torch.Ten
     return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), token_ids[:, 1:].flatten())
 
 
-def train_induction_model(num_layers: int = 2, *, num_steps: int = 500, batch_size: int = 32, lr: float = 3e-3,
+def train_induction_model(num_layers: int = 2, *, num_steps: int = 400, batch_size: int = 32, lr: float = 3e-3,
                           seed: int = 0, checkpoint_every: int = 10, vocab_size: int = 63, num_tokens: int = 32,
                           min_period: int = 4, max_period: int = 12, d_model: int = 64, num_heads: int = 2,
                           num_eval: int = 64, device: torch.device | str | None = None) -> InductionRun:

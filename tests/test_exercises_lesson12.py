@@ -97,3 +97,14 @@ def test_messages_point_to_the_lesson12_names():
         raise NotImplementedError
     assert "`lesson12.prefix_score.hint()`" in lesson12.prefix_score.check(placeholder).message
     assert "`lesson12.knock_out.hint()`" in lesson12.knock_out.check(placeholder).message
+
+
+def test_knock_out_survives_inf_and_nan_answers():
+    def inf_answer(context_vecs, head, num_heads):
+        return torch.full_like(context_vecs, float("inf"))
+
+    def nan_answer(context_vecs, head, num_heads):
+        return torch.full_like(context_vecs, float("nan"))
+    for answer in (inf_answer, nan_answer):
+        feedback = lesson12.knock_out.check(answer)
+        assert feedback.status == "wrong", answer.__name__

@@ -100,7 +100,8 @@ def test_scores_on_hand_made_patterns():
     assert prefix_matching_score(induction, ids).item() == 1.0
     assert prefix_matching_score(previous, ids).item() == 0.0
     uniform = torch.ones(1, 2, T, T).tril() / torch.arange(1, T + 1)[:, None]
-    assert prefix_matching_score(uniform, ids).tolist() == pytest.approx([(1 / 5 + 1 / 6 + 1 / 7 + 2 / 8) / 4] * 2)  # query 7: 2 matches
+    expected = (1 / 5 + 1 / 6 + 1 / 7 + 2 / 8) / 4   # queries 4..7; query 7 has 2 matches
+    assert prefix_matching_score(uniform, ids).tolist() == pytest.approx([expected] * 2)
     with pytest.raises(ValueError, match="token_ids"):
         prefix_matching_score(uniform, ids[:, :-1])
 

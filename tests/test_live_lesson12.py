@@ -56,6 +56,10 @@ def test_sequence_explorer_follows_the_typed_tokens(short_run):
     assert len(pictures) == 3
     view.controls["text"].value = "a b!c"   # what is not a letter or a digit is left out, and the title says so
     assert "only letters and digits" in view.fig._suptitle.get_text()
+    view.controls["example"].value = "ABCDEFGH"    # an example button fills the text box and redraws
+    assert view.controls["text"].value == "ABCDEFGH"
+    labels = [t.get_text() for t in view.fig.axes[0].get_xticklabels()][:9]
+    assert labels == ["<s>", *"ABCDEFGH"]
     with pytest.raises(ValueError, match="at most 9"):
         sequence_explorer(short_run.model, "abcdefghij", max_tokens=10)
 
@@ -67,7 +71,8 @@ def test_phase_change_figure_plots_the_runs_numbers(short_run):
     assert list(loss_ax.lines[0].get_ydata()) == pytest.approx(short_run.in_context_losses)
     assert list(loss_ax.lines[1].get_ydata()) == pytest.approx(control.in_context_losses)
     previous_head, induction_head = best_heads(short_run)
-    assert list(score_ax.lines[1].get_ydata()) == pytest.approx(short_run.prefix_matching[:, 1, induction_head].tolist())
+    expected = short_run.prefix_matching[:, 1, induction_head].tolist()
+    assert list(score_ax.lines[1].get_ydata()) == pytest.approx(expected)
     assert figure_to_png(fig).startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="two layers"):
         phase_change_figure(control)

@@ -14,9 +14,9 @@ import torch
 
 from ..induction import TOKENS, InductionModel, InductionRun, encode
 from ..plotting import CourseFigure, Heatmap
-from ..widgets import LiveFigure, steps_slider
+from ..widgets import LiveFigure, choice, steps_slider
 
-__all__ = ["best_heads", "phase_change_figure", "training_stepper", "sequence_explorer"]
+__all__ = ["EXAMPLES", "best_heads", "phase_change_figure", "training_stepper", "sequence_explorer"]
 
 
 def best_heads(run: InductionRun) -> tuple[int, int]:
@@ -36,8 +36,10 @@ def phase_change_figure(run: InductionRun, control: InductionRun | None = None) 
     if control is not None:
         loss_ax.plot(control.steps, control.in_context_losses, color="tab:gray", label="one layer")
     chance = math.log(run.model.vocab_size - 1)
-    loss_ax.axhline(chance, color="black", linestyle="--", linewidth=1, label=f"uniform guess: ln {run.model.vocab_size - 1}")
-    loss_ax.set(xlabel="training step", ylabel="loss (nats)", title="Loss on the tokens that repeat", ylim=(0, chance + 0.4))
+    loss_ax.axhline(chance, color="black", linestyle="--", linewidth=1,
+                    label=f"uniform guess: ln {run.model.vocab_size - 1}")
+    loss_ax.set(xlabel="training step", ylabel="loss (nats)", title="Loss on the tokens that repeat",
+                ylim=(0, chance + 0.4))
     loss_ax.legend(fontsize=9)
     score_ax.plot(run.steps, run.previous_token[:, 0, previous_head], color="tab:blue",
                   label=f"previous-token score, layer 0 head {previous_head}")
@@ -111,19 +113,24 @@ def training_stepper(run: InductionRun, step: int | None = None) -> LiveFigure:
     return LiveFigure(fig, redraw, {"step": steps_slider("training step", run.steps, step)}, animated=[step_line])
 
 
-def sequence_explorer(model: InductionModel, text: str = "attention4all", max_tokens: int = 20) -> LiveFigure:
-    """A text box: type letters and digits (one token each); see where every head of ``model`` looks, and the
-    token the model predicts after each one."""
+EXAMPLES = ("qwertyqwer", "abcab", "attention4allatt", "ABCDEFGH")
+
+
+def sequence_explorer(model: InductionModel, text: str = EXAMPLES[0], max_tokens: int = 20) -> LiveFigure:
+    """Example buttons and a text box: type letters and digits (one token each); see where every head of ``model``
+    looks, and the token the model predicts after each one. A button puts its example in the text box."""
     if len(text) + 1 > max_tokens:
         raise ValueError(f"text must have at most {max_tokens - 1} letters or digits, got {len(text)}")
     model.eval()
     num_layers, num_heads = model.num_layers, model.num_heads
     fig = CourseFigure(figsize=(10, 7.4), layout="constrained")
     maps = _head_grid(fig, num_layers, num_heads, max_tokens, [""] * max_tokens, num_heads)
-    box = widgets.Text(value=text, description="your tokens", style={"description_width": "initial"},
+    box = widgets.Text(value=text, description="your tokens (Enter)", style={"description_width": "initial"},
                        layout=widgets.Layout(width="420px"), continuous_update=False)
+    examples = choice("examples", EXAMPLES, text if text in EXAMPLES else EXAMPLES[0])
+    examples.observe(lambda change: setattr(box, "value", change["new"]), names="value")  # before the picture's
 
-    def redraw(text: str) -> None:
+    def redraw(example: str, text: str) -> None:
         kept = "".join(ch for ch in text if ch in TOKENS[1:])[:max_tokens - 1]
         token_ids = encode(kept)  # (1, T): the start token, then one token per letter or digit
         num_tokens = token_ids.shape[1]
@@ -143,4 +150,4 @@ def sequence_explorer(model: InductionModel, text: str = "attention4all", max_to
         dropped = "" if kept == text else "  (only letters and digits count; at most "f"{max_tokens - 1})"
         fig.suptitle(f"query rows: token → the model's next token{dropped}", fontsize=10)
 
-    return LiveFigure(fig, redraw, {"text": box})
+    return LiveFigure(fig, redraw, {"example": examples, "text": box})
