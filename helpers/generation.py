@@ -23,6 +23,7 @@ from ._checks import check_positive_int
 from .gqa import *  # noqa: F401,F403  (the cache and the attention layer are part of this lesson's API)
 from .gqa import KVCache, GroupedQueryAttention
 from .gqa import __all__ as _gqa_all
+from .training import train_loop
 
 __all__ = [*_gqa_all, "repeating_sequences", "TinyCausalLM", "train_tiny_lm", "Generation", "generate",
            "kv_cache_bytes", "time_per_token", "LETTERS"]
@@ -97,8 +98,8 @@ def train_tiny_lm(model: TinyCausalLM, period: int, num_steps: int = 150, batch_
     """Train ``model`` on the toy language with Adam; return the loss of every step.
 
     The loss is the cross-entropy of the next token at the positions where it is certain (from the
-    last token of the first period on). Batches come from a ``torch.Generator`` seeded with ``seed``
-    on the CPU; training runs on one thread (tiny matrices), so a run is the same on every machine.
+    last token of the first period on). The loop is :func:`helpers.training.train_loop`: batches come from a
+    ``torch.Generator`` seeded with ``seed`` on the CPU, on one thread, so a run is the same on every machine.
     """
     if not isinstance(model, TinyCausalLM):
         raise TypeError(f"model must be a TinyCausalLM, got {type(model).__name__}")
@@ -107,25 +108,14 @@ def train_tiny_lm(model: TinyCausalLM, period: int, num_steps: int = 150, batch_
     if period >= model.context_length:
         raise ValueError(f"period must be shorter than context_length={model.context_length}, got {period}")
     device = next(model.parameters()).device
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    losses, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        model.train()
-        for _ in range(num_steps):
-            ids = repeating_sequences(batch_size, model.context_length, period, model.vocab_size, generator)
-            ids = ids.to(device)  # (B, T)
-            logits = model(ids[:, :-1])[:, period - 1:]  # (B, T - period, V): predictions of certain tokens
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, period:].flatten())
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    finally:
-        torch.set_num_threads(threads)
-        model.eval()
-    return losses
+
+    def step_loss(model: TinyCausalLM, generator: torch.Generator) -> torch.Tensor:
+        ids = repeating_sequences(batch_size, model.context_length, period, model.vocab_size, generator)
+        ids = ids.to(device)  # (B, T)
+        logits = model(ids[:, :-1])[:, period - 1:]  # (B, T - period, V): predictions of certain tokens
+        return nn.functional.cross_entropy(logits.flatten(0, 1), ids[:, period:].flatten())
+
+    return train_loop(model, step_loss, num_steps=num_steps, lr=lr, seed=seed)  # the course's one loop
 
 
 @dataclass

@@ -23,6 +23,7 @@ from torch import nn
 
 from ._checks import check_positive_int
 from .cross_attention import CrossAttention
+from .training import seeded, train_loop
 
 __all__ = ["number_to_words", "NumberWordsTask", "NumberWordsModel", "NumberWordsRun", "train_number_words"]
 
@@ -235,34 +236,20 @@ def train_number_words(task: NumberWordsTask, *, test_ids: torch.Tensor, num_ste
     if isinstance(lr, bool) or not isinstance(lr, numbers.Real) or not lr > 0:
         raise ValueError(f"lr must be a positive number, got {lr!r}")
     device = torch.device("cpu") if device is None else torch.device(device)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest, and the sums do not depend on the machine
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            model = NumberWordsModel(task.max_numbers, d_model, num_heads)
-        model = model.to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-        generator = torch.Generator().manual_seed(seed)
-        test_ids = test_ids.to(device)
-        test_targets = task.targets(test_ids)
-        losses, steps, accuracies = [], [], []
-        for step in range(num_steps + 1):
-            if step % eval_every == 0 or step == num_steps:
-                model.eval()
-                steps.append(step)
-                accuracies.append(_accuracy(model, test_ids, test_targets))
-                model.train()
-            if step == num_steps:
-                break
-            source_ids, target_ids = (t.to(device) for t in task.sample(batch_size, generator, held_out=False))
-            logits = model(source_ids)                      # (B, T_q, 90)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), target_ids.flatten(),
-                                               ignore_index=task.ignore_id)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            losses.append(loss.item())
-    finally:
-        torch.set_num_threads(previous_threads)
+    model = seeded(lambda: NumberWordsModel(task.max_numbers, d_model, num_heads), seed).to(device)
+    test_ids = test_ids.to(device)
+    test_targets = task.targets(test_ids)
+    steps, accuracies = [], []
+
+    def record(step: int) -> None:  # every eval_every steps and at the end, in eval() mode
+        steps.append(step)
+        accuracies.append(_accuracy(model, test_ids, test_targets))
+
+    def step_loss(model: NumberWordsModel, generator: torch.Generator) -> torch.Tensor:
+        source_ids, target_ids = (t.to(device) for t in task.sample(batch_size, generator, held_out=False))
+        logits = model(source_ids)                      # (B, T_q, 90)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), target_ids.flatten(), ignore_index=task.ignore_id)
+
+    losses = train_loop(model, step_loss, num_steps=num_steps, lr=lr, seed=seed, record=record,
+                        record_every=eval_every)  # the course's one loop: Adam, one thread, fresh batches
     return NumberWordsRun(model.eval(), losses, steps, accuracies)

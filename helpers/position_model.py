@@ -21,6 +21,7 @@ from torch import nn
 from ._checks import check_positive_int
 from .attention import scaled_dot_product_attention
 from .positions import LearnedPositions, apply_rope, sinusoidal_positions
+from .training import seeded, train_loop
 
 __all__ = ["POSITION_KINDS", "PositionTask", "PositionModel", "train_position_model", "position_accuracy",
            "accuracy_table"]
@@ -199,23 +200,13 @@ def train_position_model(task: PositionTask, position: str, *, num_tokens: int =
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     device = torch.device("cpu") if device is None else torch.device(device)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        model = PositionModel(task.vocab_size, position, num_tokens, d_model, num_heads)
-    model = model.to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    previous_threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matrices: one thread is fastest and makes the sums the same on every machine
-    try:
-        for _ in range(num_steps):
-            token_ids = task.sample(batch_size, num_tokens, generator)                 # (B, T), on the CPU
-            logits = model(token_ids.to(device))                                       # (B, T, vocab_size)
-            loss = nn.functional.cross_entropy(logits.flatten(0, 1), task.targets(token_ids).to(device).flatten(),
-                                               ignore_index=IGNORE)
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    finally:
-        torch.set_num_threads(previous_threads)
+    model = seeded(lambda: PositionModel(task.vocab_size, position, num_tokens, d_model, num_heads), seed).to(device)
+
+    def step_loss(model: PositionModel, generator: torch.Generator) -> torch.Tensor:
+        token_ids = task.sample(batch_size, num_tokens, generator)                     # (B, T), on the CPU
+        logits = model(token_ids.to(device))                                           # (B, T, vocab_size)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), task.targets(token_ids).to(device).flatten(),
+                                           ignore_index=IGNORE)
+
+    train_loop(model, step_loss, num_steps=num_steps, lr=lr, seed=seed)  # the course's one loop: Adam, one thread
     return model.eval()
