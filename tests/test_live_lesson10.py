@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from helpers.diagrams.encoder_decoder import encoder_decoder_diagram
-from helpers.live.lesson10 import cross_attention_explorer, cross_weights_figure, ideal_alignment_figure, output_labels
+from helpers.live.lesson10 import (PAD_ROW_STYLE, PAD_STYLE, cross_attention_explorer, cross_weights_figure,
+                                   ideal_alignment_figure, output_labels)
 from helpers.number_words import NumberWordsTask, train_number_words
 
 
@@ -25,8 +26,15 @@ def _shown(ax) -> torch.Tensor:
 
 
 def _visible_hatches(ax) -> list[int]:
-    """Columns whose hatched padding rectangle is visible."""
-    return sorted(round(p.get_x() + 0.5) for p in ax.patches if p.get_hatch() and p.get_visible())
+    """Columns whose hatched source-padding rectangle is visible."""
+    return sorted(round(p.get_x() + 0.5) for p in ax.patches if p.get_hatch() == PAD_STYLE["hatch"]
+                  and p.get_visible())
+
+
+def _visible_padded_rows(ax) -> list[int]:
+    """Rows whose see-through padded-target rectangle is visible."""
+    return sorted(round(p.get_y() + 0.5) for p in ax.patches if p.get_hatch() == PAD_ROW_STYLE["hatch"]
+                  and p.get_visible())
 
 
 def test_every_control_changes_the_picture_and_shows_the_models_weights(trained):
@@ -53,6 +61,8 @@ def test_every_control_changes_the_picture_and_shows_the_models_weights(trained)
             assert f"out {output_word}" in bar_ax.get_title()
             assert f"example {example}" in heat_ax.get_title()
             assert _visible_hatches(heat_ax) == padded and _visible_hatches(bar_ax) == padded
+            padded_rows = torch.nonzero(task.targets(watch_ids[example]) == task.ignore_id).flatten().tolist()
+            assert _visible_padded_rows(heat_ax) == padded_rows
             labels = [t.get_text() for t in heat_ax.get_xticklabels()]
             assert labels == task.source_labels(watch_ids[example])
         rows = [t.get_text() for t in view.fig.axes[0].get_yticklabels()]
@@ -78,8 +88,10 @@ def test_static_figures(trained):
     torch.testing.assert_close(_shown(fig.axes[0]), needed)
     assert "(4, 8)" in fig.axes[0].get_title()
     assert _visible_hatches(fig.axes[0]) == [4, 5, 6, 7]
+    assert _visible_padded_rows(fig.axes[0]) == [2, 3]
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
-    assert legend == ["word $i$ needs digit $j$", "not needed", "source padding"]
+    assert legend == ["word $i$ needs digit $j$", "not needed", "source padding (hidden by the mask)",
+                      "padded target (ignored by the loss)"]
     assert len(fig.axes) == 1, "a 0/1 pattern needs a legend, not a colour bar"
     fig = cross_weights_figure(run.model, task, watch_ids[0], title="trained: ")
     with torch.no_grad():
@@ -90,13 +102,16 @@ def test_static_figures(trained):
         assert fig.axes[head].images[0].get_clim() == (0.0, 1.0)
     rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert rows[0].startswith("out 0: ") and "✗" not in "".join(rows)
+    legend = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert legend == ["source padding (hidden by the mask)", "padded target (ignored by the loss)",
+                      "the digits a word needs"]
 
 
 def test_output_labels_mark_wrong_words():
     task = NumberWordsTask(max_numbers=2)
     source = torch.tensor([3, 1, 10, 10])
-    assert output_labels(task, source) == ["out 0: thirty-one", "out 1: pad"]
-    assert output_labels(task, source, torch.tensor([3, 0])) == ["out 0: thirteen ✗", "out 1: pad"]
+    assert output_labels(task, source) == ["out 0: thirty-one", "out 1: (padded target)"]
+    assert output_labels(task, source, torch.tensor([3, 0])) == ["out 0: thirteen ✗", "out 1: (padded target)"]
 
 
 def test_explorer_rejects_bad_examples(trained):
@@ -116,11 +131,10 @@ def test_encoder_decoder_diagram_is_drawn_from_its_arguments():
 
 def test_trained_figure_hatches_the_padded_output_words(trained):
     """Watched example 2 has 2 real words of 4: each head's panel gets 2 see-through hatched rows."""
-    from helpers.live.lesson10 import PAD_ROW_STYLE
     task, watch_ids, run = trained
     fig = cross_weights_figure(run.model, task, watch_ids[2])
     padded = int((task.targets(watch_ids[2]) == task.ignore_id).sum())
     assert padded == 2
     for ax in fig.axes[:2]:
-        rows = [p for p in ax.patches if p.get_hatch() == PAD_ROW_STYLE["hatch"]]
+        rows = [p for p in ax.patches if p.get_hatch() == PAD_ROW_STYLE["hatch"] and p.get_visible()]
         assert len(rows) == padded and all(p.get_width() == task.num_keys for p in rows)

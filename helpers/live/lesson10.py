@@ -2,8 +2,10 @@
 
 Every heatmap shows cross-attention weights of one head on one example: rows are the output words (the queries
 ``i``, ``T_q`` of them), columns the source digits (the keys ``j``, ``T_k`` of them), on a fixed 0..1 colour
-scale. The source's padding columns are hatched grey: the padding mask hides them, so their weight is 0. Red
-boxes mark the two digits each output word needs (the task's ideal pattern, both heads together).
+scale. The source's padding columns are hatched grey (``///``): the padding mask hides them, so their weight is 0.
+Padded output words (rows) are hatched the other way (``\\\\``) and see-through in every picture: a padded target
+position, which the loss ignores. Red boxes mark the two digits each output word needs (the task's ideal pattern,
+both heads together). Every picture says all this in a legend.
 """
 
 from __future__ import annotations
@@ -25,16 +27,20 @@ ROW_OUTLINE = "#00bfff"  # the chosen output word's row: not red, which marks th
 NEEDED, NOT_NEEDED = "#08519c", "#f0f0f0"   # the ideal pattern: two colours, not a colour scale
 PAD_STYLE = dict(facecolor="#d9d9d9", edgecolor="#737373", hatch="///", linewidth=0.0)
 PAD_ROW_STYLE = dict(facecolor="none", edgecolor="#737373", hatch="\\\\", linewidth=0.0)   # see-through
+PADDED_TARGET = "(padded target)"   # the label of a padded output word: not a word the model could write
 
 
 def output_labels(task: NumberWordsTask, source_ids: torch.Tensor, answers: torch.Tensor | None = None) -> list[str]:
-    """``"out i: thirty-one"``: the word output ``i`` must write, or the model's ``answers`` with ✗ where wrong."""
-    wanted = task.target_words(task.targets(source_ids))
+    """``"out i: thirty-one"``: the word output ``i`` must write, or the model's ``answers`` with ✗ where wrong.
+
+    A padded output word is labelled ``"out i: (padded target)"``: the loss ignores whatever the model writes there.
+    """
+    wanted = [PADDED_TARGET if w == "pad" else w for w in task.target_words(task.targets(source_ids))]
     if answers is None:
         return [f"out {i}: {w}" for i, w in enumerate(wanted)]
     labels = []
     for i, (answer, word) in enumerate(zip(answers.tolist(), wanted)):
-        written = "pad" if word == "pad" else number_to_words(answer + 10)   # target id t is the number t + 10
+        written = word if word == PADDED_TARGET else number_to_words(answer + 10)   # target id t is number t + 10
         labels.append(f"out {i}: {written}" + ("" if written == word else " ✗"))
     return labels
 
@@ -52,6 +58,24 @@ def _pad_patches(ax: Axes, num_rows: int, num_keys: int, bottom: float | None = 
     height = num_rows if height is None else height
     return [ax.add_patch(Rectangle((j - 0.5, bottom), 1, height, zorder=2.1, visible=False, **PAD_STYLE))
             for j in range(num_keys)]
+
+
+def _pad_row_patches(ax: Axes, task: NumberWordsTask) -> list[Rectangle]:
+    """One see-through hatched rectangle per output word (shown only where that word is padded)."""
+    return [ax.add_patch(Rectangle((-0.5, i - 0.5), task.num_keys, 1, zorder=2.2, visible=False, **PAD_ROW_STYLE))
+            for i in range(task.num_queries)]
+
+
+def _padded_words(task: NumberWordsTask, source_ids: torch.Tensor) -> torch.Tensor:
+    return task.targets(source_ids) == task.ignore_id                       # (T_q,): True = padded output word
+
+
+def _legend_handles(ideal: bool = True) -> list[Patch]:
+    handles = [Patch(label="source padding (hidden by the mask)", **PAD_STYLE),
+               Patch(label="padded target (ignored by the loss)", **PAD_ROW_STYLE)]
+    if ideal:
+        handles.append(Patch(facecolor="none", edgecolor="red", linewidth=1.5, label="the digits a word needs"))
+    return handles
 
 
 def _show_padding(patches: list[Rectangle], padding: torch.Tensor) -> None:
@@ -84,18 +108,21 @@ def _heatmap(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids:
     _upright_keys(ax)
     patches = _pad_patches(ax, task.num_queries, task.num_keys)
     _show_padding(patches, task.source_padding_mask(source_ids))
+    row_patches = _pad_row_patches(ax, task)
+    _show_padding(row_patches, _padded_words(task, source_ids))
     boxes = _ideal_boxes(ax, task)
     _show_ideal(boxes, task, source_ids)
-    return heatmap, patches + [box for _, box in boxes], boxes
+    return heatmap, patches + row_patches + [box for _, box in boxes], boxes
 
 
 def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> CourseFigure:
     """The digits each output word needs, on one example ``(T_k,)``: a ``(T_q, T_k)`` 0/1 matrix in two colours.
 
-    Dark cells: word ``i`` needs digit ``j``; light cells: it does not; hatched: the source's padding. Only the
-    example's real words get dark cells (a padded word needs nothing).
+    Dark cells: word ``i`` needs digit ``j``; light cells: it does not; hatched: the source's padding (columns) and
+    the padded output words (rows, the other way). Only the example's real words get dark cells (a padded word
+    needs nothing).
     """
-    fig = new_figure(7.6, 3.6)
+    fig = new_figure(9.4, 3.6)
     ax = fig.axes[0]
     real = (task.targets(source_ids) != task.ignore_id).float()                # (T_q,)
     needed = task.ideal_pattern().sum(dim=0) * real[:, None]                   # (T_q, T_k): 1 = needed
@@ -107,9 +134,10 @@ def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> C
     heatmap.colorbar.remove()
     _upright_keys(ax)
     _show_padding(_pad_patches(ax, task.num_queries, task.num_keys), task.source_padding_mask(source_ids))
+    _show_padding(_pad_row_patches(ax, task), _padded_words(task, source_ids))
     ax.legend(handles=[Patch(facecolor=NEEDED, label="word $i$ needs digit $j$"),
                        Patch(facecolor=NOT_NEEDED, edgecolor="#bdbdbd", label="not needed"),
-                       Patch(label="source padding", **PAD_STYLE)],
+                       *_legend_handles(ideal=False)],
               loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=10, frameon=False)
     return fig
 
@@ -119,26 +147,22 @@ def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_
     """Every head's cross-attention weights ``(T_q, T_k)`` on one example ``(T_k,)``; rows show the model's words.
 
     Padded source columns are hatched grey (weight 0); padded output words (rows) are hatched see-through: they
-    are still queries with weights, but the loss ignores what they write.
+    are still queries with weights, but the loss ignores what they write. A legend below names both and the red
+    boxes.
     """
     with torch.no_grad():
         logits, weights = model(source_ids[None].to(next(model.parameters()).device), return_weights=True)
     weights, answers = weights[0].cpu(), logits[0].argmax(dim=-1).cpu()    # (H, T_q, T_k), (T_q,)
     num_heads = weights.shape[0]
-    fig = new_figure(5.6 * num_heads + 0.8, 3.6, ncols=num_heads)
+    fig = new_figure(5.6 * num_heads + 0.8, 3.9 if num_heads > 1 else 4.5, ncols=num_heads)
     rows = output_labels(task, source_ids, answers)
     for head in range(num_heads):
         _heatmap(fig.axes[head], weights[head], task, source_ids, rows if head == 0 else [""] * len(rows),
                  f"{title}$A$ of head {head}, $(T_q, T_k)$", colorbar=head == num_heads - 1)
         if head > 0:
             fig.axes[head].set_ylabel("")
-        for i, padded in enumerate((task.targets(source_ids) == task.ignore_id).tolist()):
-            if padded:   # a padded output word: hatched, its weights still visible underneath
-                fig.axes[head].add_patch(Rectangle((-0.5, i - 0.5), task.num_keys, 1, zorder=2.2,
-                                                   **PAD_ROW_STYLE))
-    fig.legend(handles=[Patch(label="source padding (hidden by the mask)", **PAD_STYLE),
-                        Patch(label="padded output word (ignored by the loss)", **PAD_ROW_STYLE)],
-               loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=10, frameon=False)
+    fig.legend(handles=_legend_handles(), loc="outside lower center", ncol=3 if num_heads > 1 else 1, fontsize=10,
+               frameon=False)   # one head: one entry a line, so the legend fits under the panel
     return fig
 
 
@@ -148,6 +172,7 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
 
     Top: each head's weights ``(T_q, T_k)`` on the chosen example, the chosen output word's row outlined.
     Bottom: that row as bars over the labelled source tokens, one chart per head; padding hatched (weight 0).
+    Padded output words are hatched as in :func:`cross_weights_figure`; a legend on top names every mark.
     ``source_ids`` ``(N, T_k)`` are the examples to choose from.
     """
     if not isinstance(source_ids, torch.Tensor) or source_ids.dim() != 2:
@@ -157,16 +182,21 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
     weights, answers = weights.cpu(), logits.argmax(dim=-1).cpu()          # (N, H, T_q, T_k), (N, T_q)
     num_heads = weights.shape[1]
     fig = CourseFigure(figsize=(5.4 * num_heads + 1.0, 7.4), layout="constrained")
-    fig.suptitle("hatched: source padding, hidden by the mask (weight 0)   ·   red boxes: the two digits each word "
-                 "needs   ·   blue outline: output word $i$", fontsize=10)
+    fig.legend(handles=[*_legend_handles(), Patch(facecolor="none", edgecolor=ROW_OUTLINE, linewidth=2.0,
+                                                  label="output word $i$")],
+               loc="outside upper center", ncol=4, fontsize=10, frameon=False)
     grid = fig.add_gridspec(2, num_heads, height_ratios=(1.1, 1))
-    maps, bars, pads, boxes, changing = [], [], [], [], []
+    maps, bars, pads, row_pads, boxes, changing = [], [], [], [], [], []
     rows = output_labels(task, source_ids[0], answers[0])
     for head in range(num_heads):
         heatmap, changed, head_boxes = _heatmap(fig.add_subplot(grid[0, head]), weights[0, head], task,
-                                                source_ids[0], rows, "", colorbar=head == num_heads - 1)
+                                                source_ids[0], rows if head == 0 else [""] * len(rows), "",
+                                                colorbar=head == num_heads - 1)
+        if head > 0:   # the rows are labelled once, on the left
+            heatmap.ax.set_ylabel("")
         maps.append(heatmap)
         pads.append(changed[:task.num_keys])
+        row_pads.append(changed[task.num_keys:task.num_keys + task.num_queries])
         boxes += head_boxes
         changing += changed
     for head in range(num_heads):
@@ -186,7 +216,7 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
                               title=f"$A$ of head {head}, example {example}: $(T_q, T_k) = "
                                     f"({task.num_queries}, {task.num_keys})$")
             maps[head].outline_row(output_word, color=ROW_OUTLINE)
-            maps[head].ax.set_yticklabels(rows)
+            maps[head].ax.set_yticklabels(rows if head == 0 else [""] * len(rows))
             for ax in (maps[head].ax, bars[head].ax):
                 ax.set_xticklabels(task.source_labels(source_ids[example]))
                 _upright_keys(ax)
@@ -195,6 +225,8 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
                                          f"(row {output_word} of $A$)")
         for patches in pads:
             _show_padding(patches, padding)
+        for patches in row_pads:
+            _show_padding(patches, _padded_words(task, source_ids[example]))
         _show_ideal(boxes, task, source_ids[example])
 
     return LiveFigure(fig, redraw, {
