@@ -15,7 +15,8 @@ from torch import nn
 
 import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
-from helpers.live.lesson03 import (init_side_by_side, init_stats, init_study, init_table, reverse_all_dims,
+from helpers.live import lesson03 as lesson03_live
+from helpers.live.lesson03 import (LABEL_WIDTH, init_side_by_side, init_stats, init_study, init_table, reverse_all_dims,
                                    saturation, saturation_table, steps_table, train_inits, training_explorer,
                                    weights_side_by_side)
 from helpers.source import source_excerpt
@@ -114,7 +115,8 @@ def test_qkv_diagram_draws_one_cell_per_number(num_tokens, d_in, d_out, d_v):
                 + num_tokens * d_v)                  # Z
     assert len(cells) == expected
     texts = {t.get_text() for t in fig.axes[0].texts}
-    assert {"X", "Q", "K", "V", "S", "A", "Z", f"({num_tokens}, {num_tokens})", f"({num_tokens}, {d_v})"} <= texts
+    assert {"X", "Q", "K", "V", "S", "A", "Z", f"({num_tokens}, {num_tokens})\nscores",
+            f"({num_tokens}, {num_tokens})\nattention weights", f"({num_tokens}, {d_v})\ncontext vectors"} <= texts
     assert fig.get_figwidth() <= 12.0
     assert figure_to_png(fig)[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -247,13 +249,28 @@ def test_saturation_explains_the_stall(task):
 def test_init_study_is_one_table_that_says_what_the_lesson_says(task):
     lines = init_study(task, INITS, widths=(3, 32), seeds=(0,)).splitlines()
     assert lines[0].split() == ["torch.rand", "nn.Linear"] and len(lines) == 12
-    rows = {line[:42].strip(): line[42:].split() for line in lines if len(line) > 42}
-    assert rows["spread of S/√d_k            d_in =   3"] == ["0.39", "0.07"]
-    assert rows["d_in =  32"][0] == "1.00" and float(rows["d_in =  32"][1]) < 0.2     # one-hot vs near uniform
-    assert rows["steps until 0.9 on the target key"][0] == "never"                    # torch.rand stalls ...
-    assert rows["steps until 0.9 on the target key"][1].isdigit()                     # ... nn.Linear learns
+    rows = {" ".join(line[:LABEL_WIDTH].split()): line[LABEL_WIDTH:].split() for line in lines
+            if len(line) > LABEL_WIDTH}
+    assert rows["spread (std) of S/√d_k d_in = 3"] == ["0.39", "0.07"]
+    largest = rows["(1.00: one-hot; 0.17: uniform) d_in = 32"]                   # the row says its scale
+    assert largest[0] == "1.00" and float(largest[1]) < 0.2                           # one-hot vs near uniform
+    assert "untrained, d_k = 2," in lines[1] and "d_in = 32, d_k = 6, 200 steps" in lines[6]  # d_k of each half
+    assert rows["steps, to 10, until mean weight on target ≥ 0.9"][0] == "never"   # torch.rand stalls ...
+    assert rows["steps, to 10, until mean weight on target ≥ 0.9"][1].isdigit()    # ... nn.Linear learns
+    assert float(rows["final loss (ln 6 = 1.79: blind guess)"][0]) > 1.7
     assert rows["rows of A exactly one-hot"] == ["94%", "->", "100%", "0%", "->", "0%"]
-    assert "< 1e-12" in " ".join(rows["gradient norm of W_q"][:4])
+    assert "< 1e-12" in " ".join(rows["gradient norm that reaches W_q"][:4])
+
+
+def test_init_study_trains_on_one_thread_and_gives_the_caller_its_threads_back(task, monkeypatch):
+    seen = []
+    real = lesson03_live.train_attention
+    monkeypatch.setattr(lesson03_live, "train_attention",
+                        lambda *args, **kwargs: seen.append(torch.get_num_threads()) or real(*args, **kwargs))
+    threads = torch.get_num_threads()
+    runs = train_inits(task, INITS, seeds=(0,), num_steps=5)
+    assert seen == [1, 1] and torch.get_num_threads() == threads
+    assert all(len(run.losses) == 5 for run in runs.values())
 
 
 @pytest.mark.parametrize("call, error", [

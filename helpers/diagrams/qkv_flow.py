@@ -2,7 +2,8 @@
 
 Every tensor is drawn as a grid with one cell per number, so the picture has the shapes the lesson computes:
 ``num_tokens`` rows for X, Q, K, V and Z, ``d_in`` columns for X, ``d_out`` columns for the queries and keys,
-``d_v`` for the values and the context vectors, and a ``num_tokens`` x ``num_tokens`` grid for S and A.
+``d_v`` for the values and the context vectors, and a ``num_tokens`` x ``num_tokens`` grid for S and A. Under S, A
+and Z their shapes and names: scores, attention weights, context vectors.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def qkv_flow_diagram(num_tokens: int = 6, d_in: int = 3, d_out: int = 2, d_v: in
     x_s = x_qkv + max(d_out, d_v) + 3.4         # S
     x_a = x_s + n + 4.4                         # A
     x_z = x_a + n + 3.4                         # Z
-    width = x_z + d_v + 1.0
+    width = x_z + d_v / 2 + max(d_v / 2, 4.0) + 1.0  # room for "context vectors" under Z
     height = band[2] + row_height + 1.4
     fig, ax = diagram_canvas(width, height)
     if title:
@@ -72,15 +73,18 @@ def qkv_flow_diagram(num_tokens: int = 6, d_in: int = 3, d_out: int = 2, d_v: in
 
     # S = Q K^T, A = softmax(S / sqrt(d_k)) row by row, Z = A V.
     s_top = (q_y + k_y) / 2 - n / 2
-    _, s_mid = tensor_grid(ax, x_s, s_top, n, n, color=PALETTE["scores"], name="S", fontsize=_FONT)
+    _, s_mid = tensor_grid(ax, x_s, s_top, n, n, color=PALETTE["scores"], name="S", fontsize=_FONT,
+                          shape_text=f"({n}, {n})\nscores")
     arrow(ax, (x_qkv + d_out + 0.1, q_y), (x_s - 0.1, s_mid - 0.8))
     arrow(ax, (x_qkv + d_out + 0.1, k_y), (x_s - 0.1, s_mid + 0.8))
     label(ax, x_s - 1.7, s_mid, "$Q K^\\top$", fontsize=12)
-    _, a_mid = tensor_grid(ax, x_a, s_top, n, n, color=PALETTE["weights"], name="A", fontsize=_FONT)
+    _, a_mid = tensor_grid(ax, x_a, s_top, n, n, color=PALETTE["weights"], name="A", fontsize=_FONT,
+                          shape_text=f"({n}, {n})\nattention weights")
     arrow(ax, (x_s + n + 0.1, s_mid), (x_a - 0.1, a_mid), "softmax$(S/\\sqrt{d_k})$", fontsize=11)
     label(ax, (x_s + n + x_a) / 2, s_mid + 0.7, "row by row", fontsize=10, color="#525252")
     z_top = (s_mid + v_y) / 2 - n / 2
-    _, z_mid = tensor_grid(ax, x_z, z_top, n, d_v, color=PALETTE["context"], name="Z", fontsize=_FONT)
+    _, z_mid = tensor_grid(ax, x_z, z_top, n, d_v, color=PALETTE["context"], name="Z", fontsize=_FONT,
+                          shape_text=f"({n}, {d_v})\ncontext vectors")
     arrow(ax, (x_a + n + 0.1, a_mid + 0.8), (x_z - 0.1, z_mid - 0.5))
     arrow(ax, (x_qkv + d_v + 0.1, v_y), (x_z - 0.1, z_mid + 0.5))
     label(ax, x_z - 1.4, z_mid - 1.6, "$A V$", fontsize=12)

@@ -6,9 +6,6 @@
    query, key and value blocks side by side, into a ``SelfAttention_v2``. The blocks are ``(d_in, d_out)``,
    ``nn.Linear`` keeps ``(d_out, d_in)``: without the transpose the code still runs on GPT-2's square layers. A real
    mistake: nanoGPT's ``GPT.from_pretrained`` transposes exactly these weights when it imports them.
-
-``cross_attention`` (a spot-the-bug of an earlier version of the notebook) is no longer offered: it stays, out of
-``__all__``, because ``tests/test_exercises.py`` uses it to test the checker's report of a global read.
 """
 
 from __future__ import annotations
@@ -68,62 +65,6 @@ query_key_matrix = FunctionExercise(
                 "you divided by sqrt(d_in), the width of the inputs. The scale belongs to the width of the keys."),
         Mistake(lambda wq, wk: wq @ wk.T / wk.shape[1],
                 "you divided by d_k. The scores are divided by its square root."),
-    ],
-)
-
-
-# --- no longer offered: spot the bug in cross-attention (see the module docstring) -----------------------------------------------------------------
-def _cross_cases(g: torch.Generator) -> list[Case]:
-    def case(num_tokens_q, num_tokens_kv, d_in, d_k, d_v):
-        return Case(f"{num_tokens_q} query tokens and {num_tokens_kv} key/value tokens, d_in={d_in}, d_k={d_k}, "
-                    f"d_v={d_v}",
-                    (randn(g, num_tokens_q, d_in), randn(g, num_tokens_kv, d_in), randn(g, d_in, d_k),
-                     randn(g, d_in, d_k), randn(g, d_in, d_v)))
-    return [case(6, 6, 3, 2, 4), case(4, 7, 5, 3, 3), case(1, 5, 4, 4, 2)]
-
-
-def _reference_cross(x_q, x_kv, W_query, W_key, W_value):
-    return scaled_dot_product_attention(x_q @ W_query, x_kv @ W_key, x_kv @ W_value)[0]
-
-
-def buggy_cross_attention(x_q, x_kv, W_query, W_key, W_value):
-    queries = x_q @ W_query
-    keys = x_kv @ W_key
-    values = x_q @ W_value
-    attn_scores = queries @ keys.T
-    attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
-    return attn_weights @ values
-
-
-def _solution_cross_attention(x_q, x_kv, W_query, W_key, W_value):
-    queries = x_q @ W_query                 # (T_q, d_k): the sequence that asks
-    keys = x_kv @ W_key                     # (T_kv, d_k): the sequence that is looked up ...
-    values = x_kv @ W_value                 # (T_kv, d_v): ... and what it hands over
-    attn_scores = queries @ keys.T          # (T_q, T_kv)
-    attn_weights = torch.softmax(attn_scores / math.sqrt(keys.shape[-1]), dim=-1)
-    return attn_weights @ values            # (T_q, T_kv) @ (T_kv, d_v) -> (T_q, d_v)
-
-
-cross_attention = SpotTheBug(
-    "Spot the bug: cross-attention",
-    "fixed_cross_attention(x_q, x_kv, W_query, W_key, W_value) should compute cross-attention: queries from "
-    "x_q (num_tokens_q, d_in), keys and values from x_kv (num_tokens_kv, d_in). The code given has one bug: "
-    "find it and fix it.",
-    reference=_reference_cross,
-    cases=_cross_cases,
-    hint=["Write the shape next to every line, with T_q and T_kv for the two lengths. Which product would fail "
-          "if the lengths differed?",
-          "Weight a_ij says how much query i takes from token j of which sequence?"],
-    solution=_solution_cross_attention,
-    buggy=buggy_cross_attention,
-    bug_message="your function still has the bug: with two sequences of the same length it runs, yet its context "
-                "vectors are wrong. Try it on sequences of different lengths.",
-    mistakes=[
-        Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xq @ wq, xq @ wk, xkv @ wv)[0],
-                "your keys come from x_q. The keys describe the tokens that can be attended to: the tokens of "
-                "x_kv."),
-        Mistake(lambda xq, xkv, wq, wk, wv: scaled_dot_product_attention(xkv @ wq, xkv @ wk, xkv @ wv)[0],
-                "you computed self-attention over x_kv: the queries must come from x_q, one per token that asks."),
     ],
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,7 @@ __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "Ini
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
+LABEL_WIDTH = 50  # the row labels of init_study's table
 
 
 def weights_side_by_side(left: torch.Tensor, right: torch.Tensor, labels: Sequence[str],
@@ -238,13 +240,27 @@ def saturation_table(task: PreviousTokenTask, inits: Mapping[str, type],
     return "\n".join(lines)
 
 
+@contextmanager
+def _one_cpu_thread():
+    """Run the block on one CPU thread, then restore the caller's thread count. The models trained here are tiny
+    ((64, 6, 32) batches): handing such small products between threads costs more than the arithmetic: on a busy
+    two-core machine the six runs of :func:`init_study` took 168 s of wall time on two threads, 15 s on one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
-                device=None) -> dict[tuple[str, int], TrainingRun]:
-    """``train_attention(task, cls, seed=seed)`` for every class of ``inits`` and every seed, keyed
-    ``(cls.__name__, seed)``."""
+                device=None, num_steps: int = 200) -> dict[tuple[str, int], TrainingRun]:
+    """``train_attention(task, cls, seed=seed, num_steps=num_steps)`` for every class of ``inits`` and every
+    seed, keyed ``(cls.__name__, seed)``; on the CPU, on one thread (see :func:`_one_cpu_thread`)."""
     _check_inits(inits)
-    return {(cls.__name__, seed): train_attention(task, cls, seed=seed, device=device)
-            for seed in seeds for cls in inits.values()}
+    with _one_cpu_thread():
+        return {(cls.__name__, seed): train_attention(task, cls, seed=seed, num_steps=num_steps, device=device)
+                for seed in seeds for cls in inits.values()}
 
 
 def steps_table(runs: Mapping[tuple[str, int], TrainingRun], inits: Mapping[str, type],
@@ -265,13 +281,14 @@ def steps_table(runs: Mapping[tuple[str, int], TrainingRun], inits: Mapping[str,
 
 
 def init_study(task: PreviousTokenTask, inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256),
-               seeds: Sequence[int] = (0, 1, 2), level: float = 0.9, d_out: int = 2, device=None) -> str:
+               seeds: Sequence[int] = (0, 1, 2), level: float = 0.9, d_out: int = 2, num_steps: int = 200,
+               device=None) -> str:
     """The initialisation deep dive in one table, one column per class of ``inits``.
 
     Untrained (:func:`init_stats`, on six random positive inputs per width in ``widths``): the spread of
-    ``S / sqrt(d_k)`` and the mean of each row's largest weight. Trained on ``task`` once per seed
-    (:func:`train_inits`): the steps until the probe's mean weight on the target key first reaches ``level``
-    (rounded to 10) and the final loss; for the first seed, :func:`saturation` at step 0 and after training (the
+    ``S / sqrt(d_k)`` and the mean of each row's largest weight. Trained on ``task`` for ``num_steps`` steps once
+    per seed (:func:`train_inits`): the steps until the probe's mean weight on the target key first reaches
+    ``level`` (rounded to 10) and the final loss; for the first seed, :func:`saturation` at step 0 and after training (the
     share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``).
     """
     _check_inits(inits)
@@ -279,26 +296,29 @@ def init_study(task: PreviousTokenTask, inits: Mapping[str, type], widths: Seque
         raise ValueError("seeds must name at least one seed")
     names = list(inits)
     stats = {(row.d_in, row.init): row for row in init_stats(inits, widths, d_out, device=device)}
-    runs = train_inits(task, inits, seeds, device)
+    runs = train_inits(task, inits, seeds, device, num_steps)
     first = seeds[0]
 
     def line(label: str, cells: Sequence[str]) -> str:
-        return f"{label:<42}" + "".join(f"{cell:<22}" for cell in cells).rstrip()
+        return f"{label:<{LABEL_WIDTH}}" + "".join(f"{cell:<22}" for cell in cells).rstrip()
 
-    lines = [line("", names), "untrained, six random positive inputs:"]
-    for what, attribute in (("spread of S/√d_k", "spread"), ("largest a_ij per row (mean)", "largest")):
+    lines = [line("", names), f"untrained, d_k = {d_out}, on six random positive inputs:"]
+    for what, attribute in ((("spread (std) of S/√d_k",), "spread"),
+                            (("largest a_ij per row, mean", "(1.00: one-hot; 0.17: uniform)"), "largest")):
         for index, d_in in enumerate(widths):
-            label = f"  {what if index == 0 else '':<28}d_in = {d_in:>3}"
+            text = what[index] if index < len(what) else ""
+            label = f"  {text:<{LABEL_WIDTH - 14}}d_in = {d_in:>3}"
             lines.append(line(label, [f"{getattr(stats[d_in, name], attribute):.2f}" for name in names]))
     seed_text = ", ".join(str(seed) for seed in seeds)
-    lines.append(f"trained on the task (d_in = {task.d_in}), seeds {seed_text}:")
+    lines.append(f"trained on the task, d_in = {task.d_in}, d_k = {len(task.vocab)}, {num_steps} steps, "
+                 f"seeds {seed_text}:")
     steps, losses = [], []
     for cls in inits.values():
         reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
         steps.append(", ".join("never" if r is None else str(round(r, -1)) for r in reached))
         losses.append(", ".join(f"{runs[cls.__name__, seed].losses[-1]:.2f}" for seed in seeds))
-    lines.append(line(f"  steps until {level} on the target key", steps))
-    lines.append(line("  final loss", losses))
+    lines.append(line(f"  steps, to 10, until mean weight on target ≥ {level}", steps))
+    lines.append(line(f"  final loss (ln {len(task.vocab)} = {math.log(len(task.vocab)):.2f}: blind guess)", losses))
     one_hot, gradient = [], []
     for cls in inits.values():
         trained = runs[cls.__name__, first].model
@@ -306,7 +326,7 @@ def init_study(task: PreviousTokenTask, inits: Mapping[str, type], widths: Seque
         (hot_0, grad_0), (hot_1, grad_1) = saturation(untrained, task), saturation(trained, task)
         one_hot.append(f"{hot_0:.0%} -> {hot_1:.0%}")
         gradient.append(f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}")
-    lines.append(f"seed {first}, at step 0 -> after training:")
+    lines.append(f"seed {first}, on a fresh batch, untrained -> trained:")
     lines.append(line("  rows of A exactly one-hot", one_hot))
-    lines.append(line("  gradient norm of W_q", gradient))
+    lines.append(line("  gradient norm that reaches W_q", gradient))
     return "\n".join(lines)
