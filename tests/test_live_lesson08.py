@@ -161,22 +161,20 @@ def test_static_figures(reversal):
 def test_block_diagram_is_drawn_from_its_arguments():
     fig = transformer_block_diagram(num_layers=6, d_model=512, d_ff=2048, num_heads=8, vocab_size=37000)
     texts = " ".join(t.get_text() for t in fig.axes[0].texts)
-    for expected in ("\\times\\,6", "512 \\to 2048", "H = 8", "37000", "layer norm", "KV cache", "He et al. 2016",
-                     "Ba et al. 2016"):
+    for expected in ("\\times\\,6", "512 \\to 2048", "H = 8", "37000", "layer norm", "He et al. 2016",
+                     "Ba et al. 2016", "Hendrycks and Gimpel 2016", "Vaswani et al. 2017", "read-out"):
         assert expected in texts, expected
     assert fig.get_figwidth() <= 12.0
     assert figure_to_png(fig)[:4] == b"\x89PNG"
 
 
-def test_block_diagram_says_what_its_outline_and_fill_mean_and_numbers_the_cache_rows():
-    fig = transformer_block_diagram(cached_tokens=4)
-    texts = [t.get_text() for t in fig.axes[0].texts]
-    joined = " ".join(texts)
+def test_block_diagram_says_what_its_outline_and_fill_mean():
+    fig = transformer_block_diagram()
+    joined = " ".join(t.get_text() for t in fig.axes[0].texts)
     assert "no causal mask" in joined and "outlined blue" in joined and "filled yellow" in joined
-    assert [str(row) for row in range(5)] == [t for t in texts if t.isdigit()][:5]   # rows 0..4, the new one last
-    assert "row 4 (thick black outline)" in joined and "rows 0 to 3" in joined
+    assert "KV cache" not in joined and "linear output layer" not in joined   # one name: the read-out
     assert "ACROSS" not in joined and "without a bias" in joined   # GPT-2's output layer is the tied wte
-    # Red means the residual paths only: the new cache row has its own (black) outline.
+    # Red means the residual paths only.
     red = [p for p in fig.axes[0].patches if p.get_edgecolor()[:3] == (203 / 255, 24 / 255, 29 / 255)]
     assert red and all(type(p).__name__ == "FancyArrowPatch" for p in red)
     assert min(t.get_fontsize() for t in fig.axes[0].texts) >= 10   # readable at notebook width

@@ -2,9 +2,10 @@
 
 Token and position embeddings, then ``num_layers`` identical blocks (layer norm, causal multi-head attention, a
 residual addition, layer norm, a position-wise feed-forward network, a second residual addition), a final layer
-norm and a linear layer to one score per vocabulary entry. Layer norm sits at the input of each sub-layer, as in
-GPT-2 (Radford et al. 2019) and the GPT model of Raschka (2024, chapter 4); the original transformer (Vaswani et
-al. 2017) normalised after each residual addition instead. A side panel shows the KV cache used at generation.
+norm and a linear read-out to one score per vocabulary entry. Layer norm sits at the input of each sub-layer, as
+in GPT-2 (Radford et al. 2019) and the GPT model of Raschka (2024, chapter 4); the original transformer (Vaswani et
+al. 2017) normalised after each residual addition instead. The notes beside the parts say what each does and cite
+where it comes from.
 
 The sizes in the shape labels come from the arguments, e.g. GPT-2 small:
 ``transformer_block_diagram(num_layers=12, d_model=768, d_ff=3072, num_heads=12, vocab_size=50257)``.
@@ -16,13 +17,12 @@ from matplotlib.axes import Axes
 from matplotlib.patches import Circle, FancyBboxPatch
 
 from ..plotting import CourseFigure
-from ._draw import PALETTE, arrow, diagram_canvas, label, tensor_grid
+from ._draw import PALETTE, arrow, diagram_canvas, label
 
 __all__ = ["transformer_block_diagram", "box"]
 
 TOY_EDGE = "#2171b5"  # outline of the parts that notebook 08's small model has too
 RESIDUAL = "#cb181d"  # the residual paths, and nothing else
-NEW_ROW_EDGE = "#000000"  # the new token's row in the KV cache
 
 
 def box(ax: Axes, x: float, y: float, width: float, height: float, text: str, *, color: str = "white",
@@ -55,11 +55,11 @@ def _check_sizes(**sizes: int) -> None:
 
 
 def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: int = 3072, num_heads: int = 12,
-                              vocab_size: int = 50257, cached_tokens: int = 5) -> CourseFigure:
+                              vocab_size: int = 50257) -> CourseFigure:
     """The data flow of a GPT-style model; the attention built in notebooks 01-07 is filled yellow.
 
     Parts that notebook 08's small model has too are outlined blue (its attention is the same layer without the
-    causal mask). A panel at the bottom shows the KV cache used at generation.
+    causal mask).
 
     Args:
         num_layers: how many times the block is repeated.
@@ -67,11 +67,9 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
         d_ff: width of the feed-forward network's hidden layer (4 x ``d_model`` in GPT-2).
         num_heads: heads of the attention layer (``H``).
         vocab_size: number of logits per position at the output.
-        cached_tokens: how many earlier tokens the KV-cache panel shows.
     """
-    _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, num_heads=num_heads, vocab_size=vocab_size,
-                 cached_tokens=cached_tokens)
-    fig, ax = diagram_canvas(37, 33.5 + cached_tokens + 1)
+    _check_sizes(num_layers=num_layers, d_model=d_model, d_ff=d_ff, num_heads=num_heads, vocab_size=vocab_size)
+    fig, ax = diagram_canvas(32, 31.0)
     left, width, mid = 2.0, 12.0, 8.0
     side = 1.0  # x of the residual paths
     notes = 15.3  # x where the notes on the right start
@@ -88,8 +86,8 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     # Top: the output layer and the final norm (the model is read from the bottom up).
     label(ax, mid, 0.8, f"$(B, T, {vocab_size})$: one logit per vocabulary entry", fontsize=text_size)
     arrow(ax, (mid, 2.6), (mid, 1.4))
-    box(ax, left, 2.6, width, 1.8, f"linear output layer, ${d_model} \\to {vocab_size}$", fontsize=text_size,
-        **toy)
+    box(ax, left, 2.6, width, 1.8, f"read-out $W_\\mathrm{{unembed}}$, ${d_model} \\to {vocab_size}$",
+        fontsize=text_size, **toy)
     arrow(ax, (mid, 5.4), (mid, 4.4))
     box(ax, left, 5.4, width, 1.2, "final layer norm", fontsize=text_size)
     label(ax, notes, 3.6, "GPT-2 reuses the token embedding's matrix here,", **note)
@@ -118,14 +116,17 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     _residual(ax, 24.6, 17.6, mid, side)
     arrow(ax, (mid, 25.8), (mid, 23.4))
     label(ax, notes, 9.5, f"each block keeps the shape $(B, T, {d_model})$, so blocks stack", **note)
-    label(ax, notes, 11.7, "transforms each token vector on its own:", **note)
-    label(ax, notes, 12.6, "the same two-layer network at every position", **note)
+    label(ax, notes, 11.3, "transforms each token vector on its own:", **note)
+    label(ax, notes, 12.2, "the same two-layer network at every position;", **note)
+    label(ax, notes, 13.1, "GELU is a smooth ReLU (Hendrycks and Gimpel 2016)", **note)
     label(ax, notes, 15.3, "red paths: residual connections; each sub-layer", **note)
     label(ax, notes, 16.2, "adds its output to its input (He et al. 2016)", **note)
     label(ax, notes, 19.7, "mixes information across tokens: the only", **note)
     label(ax, notes, 20.6, "place where token $i$ reads the other tokens", **note)
-    label(ax, notes, 22.4, "layer norm: each token vector rescaled to mean 0,", **note)
-    label(ax, notes, 23.3, "variance 1, then a learned scale and shift (Ba et al. 2016)", **note)
+    label(ax, notes, 22.1, "layer norm: each token vector rescaled to mean 0,", **note)
+    label(ax, notes, 23.0, "variance 1, then a learned scale and shift (Ba et al. 2016);", **note)
+    label(ax, notes, 23.9, "the original transformer (Vaswani et al. 2017) put it", **note)
+    label(ax, notes, 24.8, "after each addition, GPT-2 before each sub-layer", **note)
 
     # Bottom: token ids -> embeddings (+ positions).
     label(ax, mid, 26.1, f"$(B, T, {d_model})$", fontsize=text_size - 1, color="#525252")
@@ -135,31 +136,4 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     label(ax, mid, 30.3, "token ids  $(B, T)$", fontsize=text_size)
     label(ax, notes, 27.0, "positions: one learned vector per position, added", **note)
     label(ax, notes, 27.9, "to the token's (GPT-2, notebook 08)", **note)
-
-    # The KV cache at generation time, in a panel of its own.
-    top = 31.6
-    box(ax, 0.2, top, 36.6, cached_tokens + 2.6, "", dashed=True, edge="#737373")
-    label(ax, 1.0, top + 0.8, "KV cache, at generation time", fontsize=text_size, fontweight="bold", ha="left")
-    label(ax, 1.0, top + 1.7, "(in every attention layer,", fontsize=text_size - 1, color="#525252", ha="left")
-    label(ax, 1.0, top + 2.5, "for every head)", fontsize=text_size - 1, color="#525252", ha="left")
-    grid_y = top + 0.8
-    k_x, v_x = 10.5, 13.5
-    tensor_grid(ax, k_x, grid_y, cached_tokens + 1, 2, color=PALETTE["keys"], name="", shape_text="$K$",
-                fontsize=text_size)
-    tensor_grid(ax, v_x, grid_y, cached_tokens + 1, 2, color=PALETTE["values"], name="", shape_text="$V$",
-                fontsize=text_size)
-    for row in range(cached_tokens + 1):  # row numbers: one row per token
-        label(ax, k_x - 0.5, grid_y + row + 0.5, str(row), fontsize=text_size - 1, color="#525252")
-    for x in (k_x, v_x):  # the new token's row, computed now; the rows above come from the cache
-        for c in range(2):
-            ax.add_patch(FancyBboxPatch((x + c, grid_y + cached_tokens), 1, 1, boxstyle="square,pad=0",
-                                        facecolor="none", edgecolor=NEW_ROW_EDGE, linewidth=3.0))
-    kv_notes = 17.0
-    label(ax, kv_notes, grid_y + 0.7, f"rows 0 to {cached_tokens - 1}: keys and values of the earlier tokens, "
-          "stored", **note)
-    label(ax, kv_notes, grid_y + 1.9, f"row {cached_tokens} (thick black outline): the new token's $k$ and $v$, "
-          "computed now",
-          **note)
-    label(ax, kv_notes, grid_y + 3.1, f"the new token's $q$ attends to all {cached_tokens + 1} rows", **note)
-    label(ax, kv_notes, grid_y + 4.3, "with a causal mask, old rows never change: keep them", **note)
     return fig
