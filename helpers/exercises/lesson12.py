@@ -180,7 +180,8 @@ knock_out = SpotTheBug(
     cases=_knock_out_cases,
     hint=["Take B = 1, T = 3, H = 2, D = 1: six numbers. Write down which of them belong to head 1, then which "
           "ones the code sets to 0.",
-          "In (B, T, H * D), which axis sits next to the features in memory: the tokens or the heads?"],
+          "In memory, (B, T, H * D) holds each token's H * D features one after another. Which numbers does "
+          ".view(B, H, T, D) put together under one head index?"],
     solution=_solution_knock_out,
     buggy=buggy_knock_out,
     bug_message="view(B, H, T, D) on a (B, T, H * D) tensor does not split off the heads: the numbers in memory "
