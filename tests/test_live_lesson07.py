@@ -257,3 +257,24 @@ def test_rows_are_finished_block_by_block(qkv):
         live[snap["rows"].start:snap["rows"].stop] = True
         assert bool((started == (live | snap["finished"])).all()), step  # a started row is live or finished
     assert bool(snapshots[-1]["finished"].all())
+
+
+def test_timing_runs_on_one_thread_takes_the_median_and_restores_the_thread_setting():
+    from helpers.live.lesson07 import measure_time_ms_each
+    before = torch.get_num_threads()
+    seen = []
+    calls = iter([0.0, 0.0, 0.0, 0.05, 0.0])  # warm-up, then 4 timed calls: one slowed by 50 ms
+    import time as _time
+
+    def path():
+        seen.append(torch.get_num_threads())
+        _time.sleep(next(calls))
+    ms = measure_time_ms_each({"p": path}, repeats=4)["p"]
+    assert set(seen) == {1} and torch.get_num_threads() == before
+    assert ms < 25.0  # the median ignores the one slow run
+
+    def broken():
+        raise RuntimeError("boom")
+    with pytest.raises(RuntimeError):
+        measure_time_ms_each({"b": broken}, threads=1)
+    assert torch.get_num_threads() == before  # restored after an error too

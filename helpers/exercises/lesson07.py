@@ -247,10 +247,10 @@ def buggy_normalised_tiles(query, keys, values, tile_size):
     running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
     output = torch.zeros(values.shape[-1])                              # (d_v,)
     for start in range(0, keys.shape[0], tile_size):
-        scores = keys[start:start + tile_size] @ query * scale          # (tile,) scaled scores of this tile
-        new_max = torch.maximum(running_max, scores.max())
+        scaled_scores = keys[start:start + tile_size] @ query * scale   # (tile,) of this tile
+        new_max = torch.maximum(running_max, scaled_scores.max())
         correction = torch.exp(running_max - new_max)
-        exp_scores = torch.exp(scores - new_max)                        # (tile,)
+        exp_scores = torch.exp(scaled_scores - new_max)                 # (tile,)
         new_sum = running_sum * correction + exp_scores.sum()
         output = output * correction + exp_scores @ values[start:start + tile_size] / new_sum
         running_max, running_sum = new_max, new_sum
@@ -262,10 +262,10 @@ def _solution_normalised_tiles(query, keys, values, tile_size):
     running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
     output = torch.zeros(values.shape[-1])
     for start in range(0, keys.shape[0], tile_size):
-        scores = keys[start:start + tile_size] @ query * scale
-        new_max = torch.maximum(running_max, scores.max())
+        scaled_scores = keys[start:start + tile_size] @ query * scale
+        new_max = torch.maximum(running_max, scaled_scores.max())
         correction = torch.exp(running_max - new_max)
-        exp_scores = torch.exp(scores - new_max)
+        exp_scores = torch.exp(scaled_scores - new_max)
         new_sum = running_sum * correction + exp_scores.sum()
         # output * running_sum is the unnormalised acc; re-base it, add this tile, divide by the NEW sum
         output = (output * running_sum * correction + exp_scores @ values[start:start + tile_size]) / new_sum
@@ -278,10 +278,10 @@ def _normalised_with(update):
         running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)
         output = torch.zeros(values.shape[-1])
         for start in range(0, keys.shape[0], tile_size):
-            scores = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
-            new_max = torch.maximum(running_max, scores.max())
+            scaled_scores = keys[start:start + tile_size] @ query / math.sqrt(keys.shape[-1])
+            new_max = torch.maximum(running_max, scaled_scores.max())
             correction = torch.exp(running_max - new_max)
-            exp_scores = torch.exp(scores - new_max)
+            exp_scores = torch.exp(scaled_scores - new_max)
             new_sum = running_sum * correction + exp_scores.sum()
             output = update(output, running_sum, new_sum, correction, exp_scores @ values[start:start + tile_size])
             running_max, running_sum = new_max, new_sum
@@ -311,8 +311,9 @@ normalised_tiles_bug = _TileByTile(
     "for others. Find the bug and write the fixed function. Rules the checker enforces: still tile by tile (no "
     "tensor may cover more than tile_size keys at once: no softmax or maximum over all the scores, no first pass "
     "over all the keys), and no call of torch.softmax, torch.nn.functional.softmax, Tensor.softmax, "
-    "torch.nn.functional.scaled_dot_product_attention, or the course's tiled_attention / iter_tile_steps. The "
-    "checker also uses scores near +450 and -450 and sharply peaked rows.",
+    "torch.nn.functional.scaled_dot_product_attention, or the course's tiled_attention and iter_tile_steps (the "
+    "loop behind tiled_attention and the slider). The checker also uses scores near +450 and -450 and sharply "
+    "peaked rows.",
     reference=_reference_one_query,
     cases=_one_query_cases,
     hint=["For which inputs is it right? Try a tile_size at least as large as the number of keys, then a smaller "

@@ -9,6 +9,7 @@ and running sum ell_i. ``tile_snapshots`` is the data behind it, one dict per st
 from __future__ import annotations
 
 import math
+import statistics
 import time
 
 import torch
@@ -19,7 +20,8 @@ from ..efficient import iter_tile_steps
 from ..plotting import Bars, Heatmap, new_figure
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer", "measure_time_ms", "measure_times",
+__all__ = ["tile_snapshots", "final_row_statistics", "tile_explorer", "measure_time_ms_each", "measure_time_ms",
+           "measure_times",
            "scaling_plot"]
 
 
@@ -71,6 +73,7 @@ def final_row_statistics(queries: torch.Tensor, keys: torch.Tensor) -> tuple[tor
 
 
 _FINISHED = PALETTE["context"]  # rows whose context vector z_i is written, as in the diagram
+_MASKED_CELL = "black"  # masked to -inf: unlike any colour of the diverging score scale, whose middle is pale grey
 
 
 def _show_rows(bars: Bars, values: torch.Tensor, live_rows: range, finished: torch.Tensor) -> None:
@@ -96,7 +99,7 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
     """A slider over the steps of causal tiled attention on ``(T, d)`` queries, keys and values, one tile a step.
 
     Left: the scaled scores s_ij / sqrt(d_k) computed so far (colours centred on 0), the live tile outlined in red,
-    cells masked inside a diagonal tile in grey, tiles never computed hatched. Right: each query row's running max
+    cells masked inside a diagonal tile in black, tiles never computed hatched. Right: each query row's running max
     m_i and running sum ell_i after that step: the live tile's rows in red, rows already finished in grey (rows are
     taken block by block, so a started row is either live or finished; no final values are drawn, so the picture
     never shows what a row has not seen yet). Steps count from 0; ``step`` is
@@ -132,10 +135,10 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
                                              hatch="////", linewidth=0, zorder=2.1))
             else:
                 masked_cells.append((tile_of[r][c], score_ax.add_patch(
-                    Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=PALETTE["mask"], linewidth=0, zorder=2.1))))
+                    Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=_MASKED_CELL, linewidth=0, zorder=2.1))))
     live_tile = score_ax.add_patch(Rectangle((-0.5, -0.5), tile_size, tile_size, fill=False, edgecolor="red",
                                              linewidth=3, clip_on=False, zorder=5))
-    score_ax.legend(handles=[Patch(facecolor=PALETTE["mask"], label="masked to $-\\infty$"),
+    score_ax.legend(handles=[Patch(facecolor=_MASKED_CELL, label="masked to $-\\infty$"),
                              Patch(facecolor="white", edgecolor="#bdbdbd", hatch="////", label="never computed"),
                              Patch(facecolor="white", edgecolor="#525252", label="not reached yet")],
                     loc="upper right", fontsize=8.5, framealpha=1.0)
@@ -175,42 +178,64 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
 
 
 # --- section 5: time and memory as T grows ----------------------------------------------------------------
-def measure_time_ms(path, device: torch.device | str = "cpu", repeats: int = 5) -> float:
-    """The best of ``repeats`` wall-clock times of ``path()``, in milliseconds, after one warm-up call.
+def measure_time_ms_each(paths: dict, device: torch.device | str = "cpu", repeats: int = 9,
+                         threads: int | None = 1) -> dict:
+    """The median wall-clock time of each function of no arguments in ``paths``, in milliseconds.
 
-    The best run is the one least disturbed by whatever else the machine is doing. On a GPU, PyTorch returns
-    before the GPU has finished its work; ``torch.cuda.synchronize()`` waits for it, so that the clock measures
-    the work and not only the launch.
+    Every function is called once to warm up, then timed ``repeats`` times in turns (each round times every
+    function once), so that a burst of load from other programs slows all of them alike instead of one. The
+    median ignores the rounds slowed the most. ``threads``: the number of CPU threads PyTorch may use while timing
+    (default 1: on a shared machine, other programs take fewer of them away mid-run); the setting in force before
+    is restored afterwards, also on an error; ``None`` leaves it as it is. On a GPU, PyTorch returns before the GPU
+    has finished its work; ``torch.cuda.synchronize()`` waits for it, so that the clock measures the work and not
+    only the launch. Returns ``{key: ms}`` for the keys of ``paths``.
     """
     synchronize = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
-    path()
-    times = []
-    for _ in range(repeats):
-        synchronize()
-        start = time.perf_counter()
-        path()
-        synchronize()
-        times.append((time.perf_counter() - start) * 1000)
-    return min(times)
+    previous_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        for path in paths.values():
+            path()
+        times: dict = {key: [] for key in paths}
+        for _ in range(repeats):
+            for key, path in paths.items():
+                synchronize()
+                start = time.perf_counter()
+                path()
+                synchronize()
+                times[key].append((time.perf_counter() - start) * 1000)
+    finally:
+        torch.set_num_threads(previous_threads)
+    return {key: statistics.median(values) for key, values in times.items()}
+
+
+def measure_time_ms(path, device: torch.device | str = "cpu", repeats: int = 9, threads: int | None = 1) -> float:
+    """The median of ``repeats`` wall-clock times of ``path()``, in milliseconds (see :func:`measure_time_ms_each`)."""
+    return measure_time_ms_each({"path": path}, device, repeats, threads)["path"]
 
 
 def measure_times(paths_for, inputs_for, sizes, device: torch.device | str = "cpu", relative_to: str = "SDPA",
-                  repeats: int = 5) -> dict[str, list[float]]:
+                  repeats: int = 9, threads: int | None = 1) -> dict[str, list[float]]:
     """Time every path at every length, print each as a multiple of ``relative_to``'s time, return the ms.
 
     ``inputs_for(num_tokens, device)`` makes the inputs of one length; ``paths_for(*inputs)`` returns
-    ``{name: function of no arguments}``. Each time is :func:`measure_time_ms` (best of ``repeats``), under
-    ``torch.no_grad()``. Returns ``{name: [ms at each length]}``.
+    ``{name: function of no arguments}``. All paths at all lengths are timed in turns by
+    :func:`measure_time_ms_each` (median of ``repeats`` on ``threads`` CPU threads), under ``torch.no_grad()``.
+    Returns ``{name: [ms at each length]}``.
     """
     device = torch.device(device)
+    paths = {(name, num_tokens): path for num_tokens in sizes
+             for name, path in paths_for(*inputs_for(num_tokens, device)).items()}
+    with torch.no_grad():
+        medians = measure_time_ms_each(paths, device, repeats, threads)
     time_ms: dict[str, list[float]] = {}
-    for num_tokens in sizes:
-        with torch.no_grad():
-            for name, path in paths_for(*inputs_for(num_tokens, device)).items():
-                time_ms.setdefault(name, []).append(measure_time_ms(path, device, repeats))
+    for (name, _), ms in medians.items():
+        time_ms.setdefault(name, []).append(ms)
     others = [name for name in time_ms if name != relative_to]
-    threads = f", {torch.get_num_threads()} CPU thread(s)" if device.type == "cpu" else ""
-    print(f"time as a multiple of {relative_to}'s at the same T (best of {repeats}, on {device.type}{threads})")
+    used = threads if threads is not None else torch.get_num_threads()
+    where = f"{device.type}, {used} CPU thread(s)" if device.type == "cpu" else device.type
+    print(f"time as a multiple of {relative_to}'s at the same T (median of {repeats}, on {where}; one run)")
     print(f"{'T':>5} " + " ".join(f"{name:>9}" for name in others))
     for i, num_tokens in enumerate(sizes):
         print(f"{num_tokens:>5} " + " ".join(f"{time_ms[name][i] / time_ms[relative_to][i]:>9.1f}" for name in others))
