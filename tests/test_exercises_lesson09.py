@@ -105,7 +105,14 @@ def _rope_attention_via_halves_and_permutation(queries, keys, values):
     return torch.softmax(turned_q @ turned_k.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
-@pytest.mark.parametrize("answer", [_rope_attention_with_sdpa, _rope_attention_via_halves_and_permutation])
+def _rope_attention_halves_for_both(queries, keys, values):
+    # the rotate-half layout for queries and keys alike: RoPE too (scores depend on j - i only), so it passes
+    turned_q, turned_k = apply_rope(queries, pairs="halves"), apply_rope(keys, pairs="halves")
+    return torch.softmax(turned_q @ turned_k.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+@pytest.mark.parametrize("answer", [_rope_attention_with_sdpa, _rope_attention_via_halves_and_permutation,
+                                    _rope_attention_halves_for_both])
 def test_rope_attention_accepts_right_forms(answer):
     feedback = lesson09.rope_attention.check(answer)
     assert feedback.passed, feedback.message
@@ -119,8 +126,10 @@ def test_rope_attention_names_the_bug():
 @pytest.mark.parametrize("wrong, words", [
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1)
      @ apply_rope(v), "values are rotated too"),
-    (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k, pairs="halves").transpose(-2, -1)
-                                   / k.shape[-1] ** 0.5, -1) @ v, "rotate-half layout"),
+    (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k, pairs="halves").transpose(-2, -1),
+                                   -1) @ v, "values are not"),   # the layout is free, the scaling is not
+    (lambda q, k, v: apply_rope(v), "values are not"),
+    (lambda q, k, v: torch.full_like(v, float("inf")), "values are not"),
     (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k).transpose(-2, -1)
                                    / k.shape[-1] ** 0.5, -1) @ v, "rotate-half pairs"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,

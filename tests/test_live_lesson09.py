@@ -60,7 +60,7 @@ def test_moving_both_positions_together_keeps_the_score_dot(pair_of_vectors):
 def test_the_arrows_are_the_turned_pair(pair_of_vectors):
     query, key = pair_of_vectors
     view = rope_explorer(query, key, query_position=7, key_position=2, pair=1)
-    arrows = view.fig.axes[0].patches[1:]   # after the circle: faint q, faint k, turned q, turned k
+    arrows = view.fig.axes[0].patches       # faint q, faint k, turned q, turned k
     turned_q = apply_rope(query[None], torch.tensor([7]))[0, 2:4]
     assert arrows[2]._posA_posB[1] == pytest.approx((float(turned_q[0]), float(turned_q[1])), abs=1e-6)
     assert arrows[0]._posA_posB[1] == pytest.approx((float(query[2]), float(query[3])), abs=1e-6)
@@ -114,7 +114,9 @@ def test_long_sequence_figure_labels_chosen_diagonals_in_the_margin():
         fig.canvas.draw()
         text_box, axes_box = label.get_window_extent(), fig.axes[0].get_window_extent()
         assert not text_box.overlaps(axes_box), label.get_text()
-    assert not [t for t in fig.axes[2].texts if "j - i" in t.get_text()]   # axes[1] is the first colour bar
+    assert not [t for t in fig.axes[1].texts if "j - i" in t.get_text()]
+    assert fig.axes[0].get_title().count("\n") == fig.axes[1].get_title().count("\n"), "titles at one height"
+    assert len(fig.axes) == 3, "one shared colour bar, on the right"
 
 
 def test_rope_explorer_draws_the_score_between_whole_offsets(pair_of_vectors):

@@ -3,7 +3,8 @@
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
    per-head penalty on the distance i - j;
 2. spot the bug: RoPE attention whose queries are turned with adjacent pairs and whose keys with the rotate-half
-   layout, a real mistake when code from two sources meets; RoPE on the values is a named wrong answer.
+   layout, a real mistake when code from two sources meets; RoPE on the values is a named wrong answer. Either
+   layout used for both is RoPE and passes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import torch
 from ..attention import scaled_dot_product_attention
 from ..positions import apply_rope
 from ._inputs import randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
 __all__ = ["alibi_weights", "rope_attention"]
 
@@ -143,9 +144,19 @@ def _rope_on_the_values_too(queries, keys, values):
     return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
-def _rope_halves_for_both(queries, keys, values):
-    queries, keys = apply_rope(queries, pairs="halves"), apply_rope(keys, pairs="halves")
-    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+def _either_layout(got, case, function) -> str | None:
+    """Values compared with RoPE in either pair layout, used the same way for queries and keys: both are RoPE
+    (their scores depend on j - i only), so the task states no layout and the rotate-half one passes too."""
+    (queries, keys, values), _ = case.fresh_args()
+    got = got.detach().to("cpu", torch.float64)
+    answers = [scaled_dot_product_attention(apply_rope(queries, pairs=pairs), apply_rope(keys, pairs=pairs),
+                                            values)[0].to(torch.float64) for pairs in ("adjacent", "halves")]
+    if any(torch.allclose(got, right, rtol=1e-4, atol=1e-5) for right in answers):
+        return None
+    far = ~torch.isclose(got, answers[0], rtol=1e-4, atol=1e-5, equal_nan=True)   # inf-safe, unlike |a - r| > tol
+    index = tuple(int(i) for i in far.nonzero()[0]) if bool(far.any()) else (0,) * got.dim()
+    return (f"the shape is right but the values are not: at index {list(index)} you have {got[index].item():.4f}, "
+            f"the answer is {answers[0][index].item():.4f}. Try the task's check: shift every position by 10.")
 
 
 def _rope_layouts_swapped(queries, keys, values):
@@ -156,7 +167,7 @@ def _rope_layouts_swapped(queries, keys, values):
 _MIXED_LAYOUTS = ("the {first} are turned with adjacent pairs (2r, 2r + 1) and the {second} with rotate-half pairs "
                   "(r, r + head_dim / 2). Each is a rotation, but pair r of the query and pair r of the key are "
                   "different dimensions, so the two turns no longer combine into one turn by j - i, and the scores "
-                  "depend on where the tokens stand. Turn both with the same layout: apply_rope's default.")
+                  "depend on where the tokens stand. Turn both with the same layout.")
 
 
 def _rope_after_scaling(queries, keys, values):
@@ -166,8 +177,8 @@ def _rope_after_scaling(queries, keys, values):
 
 rope_attention = SpotTheBug(
     "Spot the bug: attention with RoPE",
-    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE (apply_rope with "
-    "its default adjacent pairs) making the scores depend on the offset j - i only: inputs (..., T, head_dim), "
+    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE "
+    "making the scores depend on the offset j - i only: inputs (..., T, head_dim), "
     "output the context vectors z_i = sum_j a_ij v_j (..., T, head_dim), with the values as given. The code "
     "below runs, yet its answer is wrong. A check: shift every position by the same constant (the positions "
     "argument of apply_rope, positions + 10); right attention gives the same outputs. Find the bug and fix it.",
@@ -187,13 +198,10 @@ rope_attention = SpotTheBug(
         Mistake(_rope_on_the_values_too, "the values are rotated too. RoPE belongs in the scores: R_i q_i . R_j k_j "
                                          "depends on j - i. A rotated value R_j v_j mixes each token's content "
                                          "with its absolute position: rotate the queries and keys only."),
-        Mistake(_rope_halves_for_both, "you turned both with the rotate-half layout: that is RoPE too, and its "
-                                       "scores depend on j - i only, but the task asks for apply_rope's default "
-                                       "adjacent pairs, as this lesson writes RoPE."),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
                                        "where the query is, not on the offset j - i: rotate the keys as well."),
         Mistake(_rope_after_scaling, "your attention uses no positions at all: rotate the queries and keys with "
                                      "apply_rope before the scores."),
     ],
-    rules=[forbids("helpers.position_model.PositionModel.forward", why="Write the attention yourself.")],
+    properties=_either_layout,   # no rules: any way of computing it is accepted (F.scaled_dot_product_attention too)
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import torch
-from matplotlib.patches import Circle, FancyArrowPatch, Rectangle
+from matplotlib.patches import FancyArrowPatch, Rectangle
 
 from ..plotting import CourseFigure, Heatmap, new_figure
 from ..position_model import PositionModel, PositionTask
@@ -85,8 +85,7 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
                                             dense.double()[:, None] * omega.double())).real.sum(-1)
     fig = CourseFigure(figsize=(12.0, 5.0), layout="constrained")
     plane, scores = fig.subplots(1, 2)
-    radius = float(torch.cat((query, key)).view(-1, 2).norm(dim=-1).max()) * 1.15
-    plane.add_patch(Circle((0, 0), radius / 1.15, fill=False, color="lightgray", linestyle=":"))
+    radius = float(torch.cat((query, key)).view(-1, 2).norm(dim=-1).max()) * 1.15   # room for the longest pair
     plane.set(xlim=(-radius, radius), ylim=(-radius, radius), aspect="equal",
               xlabel="dimension $2r$", ylabel="dimension $2r+1$")
     plane.axhline(0, color="gray", linewidth=0.6)
@@ -95,7 +94,8 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
     arrow_q, arrow_k = _arrow(plane, "tab:orange"), _arrow(plane, "tab:green")
     plane.legend([arrow_q, faint_q, arrow_k, faint_k],
                  ["query pair, turned by $i\\,\\omega_r$", "query pair before turning",
-                  "key pair, turned by $j\\,\\omega_r$", "key pair before turning"], loc="lower left", fontsize=8.5)
+                  "key pair, turned by $j\\,\\omega_r$", "key pair before turning"],
+                 loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8.5, frameon=False)   # off the arrows
     scores.plot(dense, curve, color="tab:blue", linewidth=1.2)
     scores.plot(offsets, whole, "o", color="tab:blue", markersize=3.5)
     scores.axhline(0, color="gray", linewidth=0.6)
@@ -113,9 +113,9 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
         for arrow, vector in ((faint_q, q_pair), (faint_k, k_pair), (arrow_q, turned_q), (arrow_k, turned_k)):
             arrow.set_positions((0, 0), (float(vector[0]), float(vector[1])))
         angle_q, angle_k = query_position * float(omega[r]), key_position * float(omega[r])
-        plane.set_title(f"Pair $r = {r}$, $\\omega_{r} = {float(omega[r]):.3g}$ rad per position: query turned "
-                        f"{math.degrees(angle_q) % 360:.0f}°, key {math.degrees(angle_k) % 360:.0f}°\n"
-                        f"the key turned $(j - i)\\,\\omega_{r}$ = {math.degrees(angle_k - angle_q):.0f}° more")
+        plane.set_title(f"Pair $r = {r}$, $\\omega_{r} = {float(omega[r]):.3g}$ rad per position\n"
+                        f"query turned {math.degrees(angle_q) % 360:.0f}°, key {math.degrees(angle_k) % 360:.0f}°: "
+                        f"the key {math.degrees(angle_k - angle_q):.0f}° more", fontsize=11)
         score = float(rope_scores(query, key, torch.tensor([query_position]), torch.tensor([key_position]))[0])
         dot.set_data([key_position - query_position], [score])
         scores.set_title(f"$i = {query_position}$, $j = {key_position}$, offset $j - i = "
@@ -142,14 +142,19 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
     """
     num_tokens = token_ids.shape[-1]
     fig = new_figure(5.6 * len(models) + 0.6, 5.0, ncols=len(models))
+    axes = list(fig.axes)                          # the heatmap axes (colour bars are added to fig.axes below)
     labels = [str(i) for i in range(num_tokens)]
-    for ax, (name, model) in zip(fig.axes, models.items()):
+    any_top = False
+    for index, (ax, (name, model)) in enumerate(zip(axes, models.items())):
         device = next(model.parameters()).device
         with torch.no_grad():
             _, weights = model(token_ids[None].to(device), return_weights=True)   # (1, H, T, T)
-        Heatmap(ax, weights[0, head].cpu(), labels, labels, vmin=0.0, vmax=1.0, annotate=False,
-                xlabel="key: input position $j$", ylabel="query: output position $i$",
-                title=f"{name}: $A$ of head {head}, $T = {num_tokens}$", colorbar_label="attention weight $a_{ij}$")
+        heatmap = Heatmap(ax, weights[0, head].cpu(), labels, labels, vmin=0.0, vmax=1.0, annotate=False,
+                          xlabel="key: input position $j$", ylabel="query: output position $i$",
+                          title=f"{name}: $A$ of head {head}, $T = {num_tokens}$",
+                          colorbar_label="attention weight $a_{ij}$")
+        if index < len(models) - 1:                # one colour bar, on the right: every panel shares 0..1
+            heatmap.colorbar.remove()
         step = max(1, num_tokens // 8)
         ax.set_xticks(range(0, num_tokens, step), labels=labels[::step], rotation=0, ha="center")
         ax.set_yticks(range(0, num_tokens, step), labels=labels[::step])
@@ -175,8 +180,10 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
                         ha="center" if top else "right", va="bottom" if top else "center", bbox=box,
                         arrowprops=dict(arrowstyle="-|>", color="black", linewidth=0.8),
                         annotation_clip=False, zorder=5)
-        if any(offset >= 0 for offset in marked):
-            ax.title.set_text(ax.get_title() + "\n\n")            # room above the top labels
+        any_top = any_top or any(offset >= 0 for offset in marked)
         if any(offset < 0 for offset in marked):
             ax.yaxis.labelpad = 62
+    if any_top:                                     # room above the top labels, the same on every panel
+        for ax in axes:
+            ax.title.set_text(ax.get_title() + "\n\n")
     return fig
