@@ -193,8 +193,8 @@ class NumberWordsModel(nn.Module):
         source_padding_mask = source_ids == NumberWordsTask.pad_id           # (B, T_k)
         if not use_mask:                                                     # only to show what the mask does
             source_padding_mask = None
-        context_vecs, attn_weights = self.cross_attention(x, source, source_padding_mask, return_weights=True)
-        logits = self.unembed(context_vecs)                                  # (B, T_q, d_model) -> (B, T_q, 90)
+        outputs, attn_weights = self.cross_attention(x, source, source_padding_mask, return_weights=True)
+        logits = self.unembed(outputs)                                       # (B, T_q, d_model) -> (B, T_q, 90)
         return (logits, attn_weights) if return_weights else logits
 
 
