@@ -7,6 +7,8 @@ are imported explicitly by the notebooks that draw or quiz.
 
 from .attention import *  # noqa: F401,F403
 from .attention import __all__ as _attention_all
+from .attention_sinks import *  # noqa: F401,F403
+from .attention_sinks import __all__ as _attention_sinks_all
 from .data import *  # noqa: F401,F403
 from .data import __all__ as _data_all
 from .device import *  # noqa: F401,F403
@@ -21,6 +23,8 @@ from .generation import *  # noqa: F401,F403
 from .generation import __all__ as _generation_all
 from .heads import *  # noqa: F401,F403
 from .heads import __all__ as _heads_all
+from .induction import *  # noqa: F401,F403
+from .induction import __all__ as _induction_all
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
@@ -35,11 +39,14 @@ from .source import *  # noqa: F401,F403
 from .source import __all__ as _source_all
 from .tasks import *  # noqa: F401,F403
 from .tasks import __all__ as _tasks_all
+from .training import *  # noqa: F401,F403
+from .training import __all__ as _training_all
 # toy_model's generic `accuracy` stays in its module (helpers.toy_model.accuracy).
 from .toy_model import AttentionOnlyModel, BidirectionalAttention, FetchTask, ToyTrainingRun, train_toy_model
 
 _toy_model_all = ["AttentionOnlyModel", "BidirectionalAttention", "FetchTask", "ToyTrainingRun", "train_toy_model"]
 
-__all__ = [*_attention_all, *_cross_attention_all, *_data_all, *_device_all, *_dropout_all, *_efficient_all,
-           *_generation_all, *_heads_all, *_masks_all, *_modules_all, *_number_words_all, *_position_model_all,
-           *_positions_all, *_source_all, *_tasks_all, *_toy_model_all]
+__all__ = [*_attention_all, *_attention_sinks_all, *_cross_attention_all, *_data_all, *_device_all, *_dropout_all,
+           *_efficient_all, *_generation_all, *_heads_all, *_induction_all, *_masks_all, *_modules_all,
+           *_number_words_all, *_position_model_all, *_positions_all, *_source_all, *_tasks_all, *_training_all,
+           *_toy_model_all]

@@ -26,6 +26,7 @@ SHORT_TITLES = {
     "09": "positions",
     "10": "cross-attention",
     "11": "generation: KV cache, GQA, windows",
+    "12": "two layers: induction heads, sinks",
 }
 LINE = re.compile(r"^\*\*Course map:\*\*.*$", re.M)
 
