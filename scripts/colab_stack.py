@@ -44,8 +44,10 @@ ROOT = Path(__file__).resolve().parents[1]
 COLAB_STACK = ["torch==2.13.0", "matplotlib==3.10.0", "ipywidgets==7.7.1", "ipykernel==6.17.1", "ipython==7.34.0",
                "notebook==6.5.7", "numpy==2.1.3", "jupyter-client==7.4.9", "traitlets==5.7.1"]
 KERNEL = "attention-colab-stack"
-# Tests of the repository's files (pins, notebooks' cells, README), not of behaviour: the pinned suite runs them.
-REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py"]
+# Tests of the repository's files (pins, notebooks' cells, README) and of its own tools (nbval's run-twice option,
+# the instructor's scripts), not of the helpers' behaviour on other versions: the pinned suite runs them.
+REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py", "test_run_twice.py",
+                     "test_grade.py", "test_student.py", "test_withheld.py", "test_learner_setup.py"]
 TIMEOUT_PER_CELL_S = 300
 
 

@@ -1,5 +1,6 @@
 """`--run-twice` (conftest.py): a cell that breaks when a learner runs it twice fails the notebook's tests."""
 
+import re
 import subprocess
 import sys
 import uuid
@@ -9,48 +10,63 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+BACKWARD = [("import torch\nx = torch.ones(2, requires_grad=True)\nloss = (x * x).sum()", ""),
+            ("loss.backward()\nprint(x.grad)", "tensor([2., 2.])\n")]            # a second backward() raises
+COUNTER = [("count = 0", ""), ("count += 1\nprint(count)", "1\n"), ("print(count)", "1\n")]  # the next cell sees 2
+SAFE = [("import torch\nx = torch.ones(2, requires_grad=True)\nx.grad = None\nloss = (x * x).sum()\n"
+         "loss.backward()\nprint(x.grad)", "tensor([2., 2.])\n"), ("print(x.grad)", "tensor([2., 2.])\n")]
 
 
-def _notebook(cells: list[tuple[str, str]]) -> Path:
-    """A notebook under build/ (inside the rootdir, so conftest.py applies) with stored stream outputs."""
+def _notebook(folder: Path, name: str, cells: list[tuple[str, str]]) -> Path:
+    """A notebook with stored stream outputs, as a clean Restart & Run All would leave it."""
     nb = nbformat.v4.new_notebook()
     for number, (source, printed) in enumerate(cells, start=1):
         cell = nbformat.v4.new_code_cell(source, execution_count=number)
         if printed:
             cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=printed)]
         nb.cells.append(cell)
-    folder = ROOT / "build" / "test-run-twice"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"nb_{uuid.uuid4().hex[:8]}.ipynb"
+    path = folder / f"{name}.ipynb"
     nbformat.write(nb, path)
     return path
 
 
-def _pytest(path: Path, *options: str) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run([sys.executable, "-m", "pytest", str(path), "-n", "0", "-q", "-p", "no:randomly",
-                               *options], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    finally:
-        path.unlink(missing_ok=True)
+def _outcomes(*options: str, notebooks: dict[str, list]) -> tuple[dict[str, str], str]:
+    """Run pytest on the notebooks (under build/, inside the rootdir, so conftest.py applies); {"name::Cell N": outcome}."""
+    folder = ROOT / "build" / "test-run-twice" / uuid.uuid4().hex[:8]
+    folder.mkdir(parents=True)
+    paths = [_notebook(folder, name, cells) for name, cells in notebooks.items()]
+    result = subprocess.run([sys.executable, "-m", "pytest", *map(str, paths), "-n", "0", "-rA", *options],
+                            cwd=ROOT, capture_output=True, text=True, timeout=180)
+    for path in paths:
+        path.unlink()
+    folder.rmdir()
+    found = {f"{m.group(2)}::{m.group(3)}": m.group(1)
+             for m in re.finditer(r"^(PASSED|FAILED) \S*?(\w+)\.ipynb::(Cell \d+)", result.stdout, re.M)}
+    return found, result.stdout
 
 
-@pytest.mark.parametrize("cells, failing, why", [
-    ([("import torch\nx = torch.ones(2, requires_grad=True)\nloss = (x * x).sum()", ""),
-      ("loss.backward()\nprint(x.grad)", "tensor([2., 2.])\n")], "Cell 1", "backward through the graph a second time"),
-    ([("count = 0", ""), ("count += 1\nprint(count)", "1\n"), ("print(count)", "1\n")], "Cell 2", ""),
-])
-def test_a_cell_that_breaks_on_a_second_run_fails(cells, failing, why):
-    result = _pytest(_notebook(cells))
-    assert result.returncode == 1, result.stdout[-2000:]
-    assert f"::{failing}" in result.stdout and "1 failed" in result.stdout, result.stdout[-2000:]
-    assert why in result.stdout
+@pytest.fixture(scope="module")
+def with_run_twice():
+    return _outcomes(notebooks={"backward": BACKWARD, "counter": COUNTER, "safe": SAFE})
 
 
-def test_a_notebook_safe_to_run_twice_passes_and_the_option_can_be_turned_off():
-    cells = [("import torch\nx = torch.ones(2, requires_grad=True)\nloss = (x * x).sum()", ""),
-             ("loss.backward()\nprint(x.grad)", "tensor([2., 2.])\n")]
-    assert _pytest(_notebook(cells), "-o", "addopts=--nbval --nbval-current-env").returncode == 0
-    safe = [("import torch\nx = torch.ones(2, requires_grad=True)\nx.grad = None\nloss = (x * x).sum()\n"
-             "loss.backward()\nprint(x.grad)", "tensor([2., 2.])\n"), ("print(x.grad)", "tensor([2., 2.])\n")]
-    result = _pytest(_notebook(safe))
-    assert result.returncode == 0 and "2 passed" in result.stdout, result.stdout[-2000:]
+def test_a_second_run_that_raises_fails_that_cell(with_run_twice):
+    outcomes, log = with_run_twice
+    assert outcomes.get("backward::Cell 1") == "FAILED", log[-3000:]
+    assert "running it a second time in a row raised RuntimeError" in log and "backward through the graph" in log
+    assert outcomes.get("backward::Cell 0") == "PASSED"
+
+
+def test_a_second_run_that_changes_state_fails_the_next_cell(with_run_twice):
+    outcomes, log = with_run_twice
+    assert outcomes.get("counter::Cell 1") == "PASSED" and outcomes.get("counter::Cell 2") == "FAILED", log[-3000:]
+
+
+def test_a_notebook_safe_to_run_twice_passes(with_run_twice):
+    outcomes, log = with_run_twice
+    assert outcomes.get("safe::Cell 0") == outcomes.get("safe::Cell 1") == "PASSED", log[-3000:]
+
+
+def test_without_the_option_each_cell_runs_once():
+    outcomes, log = _outcomes("-o", "addopts=--nbval --nbval-current-env", notebooks={"backward": BACKWARD})
+    assert outcomes == {"backward::Cell 0": "PASSED", "backward::Cell 1": "PASSED"}, log[-3000:]
