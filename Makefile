@@ -24,7 +24,8 @@ NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
 FIRST_NOTEBOOK := $(notdir $(firstword $(NOTEBOOKS)))
 # Browser tests: screenshots, their log and the measured latencies (latency.json) go here.
 E2E_DIR ?= build/e2e
-E2E_PYTEST := E2E_SCREENSHOT_DIR=$(E2E_DIR) $(BIN)/python -m pytest tests/e2e -p no:nbval -n 0 -o addopts="" -m e2e
+# Two workers, each with its own JupyterLab and Chromium: the tests mostly wait on the browser and the kernel.
+E2E_PYTEST := E2E_SCREENSHOT_DIR=$(E2E_DIR) $(BIN)/python -m pytest tests/e2e -p no:nbval -n 2 --dist load -o addopts="" -m e2e
 # Runs the browser tests if there is a Chromium (tests/e2e/chromium.sh may install Debian's); without one it
 # skips them with a message, except under CI=true, where that is a failure. $(1): pytest options, $(2): variables.
 define run_e2e

@@ -274,19 +274,51 @@ def screenshot_dir(e2e_tmp) -> Path:
     return path
 
 
+def _write_latency(directory: Path, records: list[dict]) -> None:
+    shown = sorted(r["picture_ms"] for r in records)
+    summary = {"count": len(shown), "median_ms": statistics.median(shown),
+               "p95_ms": shown[min(len(shown) - 1, round(0.95 * (len(shown) - 1)))], "max_ms": shown[-1]}
+    (directory / "latency.json").write_text(
+        json.dumps({"summary": summary, "records": records}, indent=1) + "\n", encoding="utf-8")
+    print(f"\n[e2e] keypress -> picture: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms "
+          f"over {len(shown)} slider steps ({directory / 'latency.json'})")
+
+
 @pytest.fixture(scope="session")
 def latency_log(screenshot_dir):
-    """Slider keypress -> new picture times (ms) that tests append to; written to latency.json at the end."""
+    """Slider keypress -> new picture times (ms) that tests append to; written to latency.json at the end.
+
+    Under pytest-xdist (make test runs the browser tests on two workers) each worker writes its part, and the
+    controlling process merges the parts into latency.json (pytest_sessionfinish below)."""
     records: list[dict] = []
     yield records
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        (screenshot_dir / f"latency-{worker}.part.json").write_text(json.dumps(records), encoding="utf-8")
+    elif records:
+        _write_latency(screenshot_dir, records)
+
+
+def pytest_sessionstart(session):
+    if not hasattr(session.config, "workerinput"):  # the controlling process: no stale parts from an earlier run
+        for part in _screenshot_parts():
+            part.unlink()
+
+
+def pytest_sessionfinish(session):
+    if hasattr(session.config, "workerinput"):
+        return
+    parts = _screenshot_parts()
+    records = [r for part in parts for r in json.loads(part.read_text(encoding="utf-8"))]
+    for part in parts:
+        part.unlink()
     if records:
-        shown = sorted(r["picture_ms"] for r in records)
-        summary = {"count": len(shown), "median_ms": statistics.median(shown),
-                   "p95_ms": shown[min(len(shown) - 1, round(0.95 * (len(shown) - 1)))], "max_ms": shown[-1]}
-        (screenshot_dir / "latency.json").write_text(
-            json.dumps({"summary": summary, "records": records}, indent=1) + "\n", encoding="utf-8")
-        print(f"\n[e2e] keypress -> picture: median {summary['median_ms']:.0f} ms, p95 {summary['p95_ms']:.0f} ms "
-              f"over {len(shown)} slider steps ({screenshot_dir / 'latency.json'})")
+        _write_latency(parts[0].parent, records)
+
+
+def _screenshot_parts() -> list[Path]:
+    directory = os.environ.get("E2E_SCREENSHOT_DIR")
+    return sorted(Path(directory).glob("latency-*.part.json")) if directory else []
 
 
 @contextlib.contextmanager
