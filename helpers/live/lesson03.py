@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +27,7 @@ from torch import nn
 
 from ..plotting import CourseFigure, Heatmap, new_figure
 from ..tasks import PreviousTokenTask, TrainingRun, train_attention
+from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
@@ -240,25 +240,15 @@ def saturation_table(task: PreviousTokenTask, inits: Mapping[str, type],
     return "\n".join(lines)
 
 
-@contextmanager
-def _one_cpu_thread():
-    """Run the block on one CPU thread, then restore the caller's thread count. The models trained here are tiny
-    ((64, 6, 32) batches): handing such small products between threads costs more than the arithmetic: on a busy
-    two-core machine the six runs of :func:`init_study` took 168 s of wall time on two threads, 15 s on one."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
                 device=None, num_steps: int = 200) -> dict[tuple[str, int], TrainingRun]:
     """``train_attention(task, cls, seed=seed, num_steps=num_steps)`` for every class of ``inits`` and every
-    seed, keyed ``(cls.__name__, seed)``; on the CPU, on one thread (see :func:`_one_cpu_thread`)."""
+    seed, keyed ``(cls.__name__, seed)``; on the CPU, on one thread
+    (:func:`helpers.training.one_thread`: the models are so small that handing their products between threads costs
+    more than the arithmetic; on a busy two-core machine the six runs took 168 s of wall time on two threads, 15 s
+    on one)."""
     _check_inits(inits)
-    with _one_cpu_thread():
+    with one_thread():
         return {(cls.__name__, seed): train_attention(task, cls, seed=seed, num_steps=num_steps, device=device)
                 for seed in seeds for cls in inits.values()}
 
