@@ -181,9 +181,9 @@ _COUNT_NOT_WIDTH),
         Mistake(lambda q, k, v: _softmax_attention(q, k, v, 1 / math.sqrt(v.shape[-1])),
                 "you scaled by the width of the values, d_v. The scores are dot products of queries and keys: "
                 "their spread grows with d_k."),
-        Mistake(lambda q, k, v: _solution_attention(q, k, v)[0],
+        Mistake(lambda q, k, v: scaled_dot_product_attention(q, k, v)[0],
                 "you returned only the context vectors. Return the pair (context_vecs, attn_weights)."),
-        Mistake(lambda q, k, v: tuple(reversed(_solution_attention(q, k, v))),
+        Mistake(lambda q, k, v: tuple(reversed(scaled_dot_product_attention(q, k, v))),
                 "you returned the weights first. Return (context_vecs, attn_weights), in that order."),
     ],
 )
