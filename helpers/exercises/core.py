@@ -217,28 +217,38 @@ def _resolve(dotted: str) -> tuple[object, str, object]:
     raise ValueError(f"cannot find {dotted!r}: give a full dotted name such as 'torch.softmax'")
 
 
-@contextlib.contextmanager
-def _watching(dotted_names: Sequence[str], namespace: dict, calls: list[str]) -> Iterator[None]:
+def _watching(dotted_names: Sequence[str], namespace: dict, calls: list[str]):
     """While active, every call of one of ``dotted_names`` is appended to ``calls`` (and still runs).
 
     Also catches the learner's own aliases: a name in ``namespace`` (the notebook's globals) bound to the same
     object, as after ``from torch.nn.functional import softmax``.
     """
+    replacements = []
+    for dotted in dotted_names:
+        owner, attribute, original = _resolve(dotted)
+
+        def recorder(*args, __original=original, __name=dotted, **kwargs):
+            calls.append(__name)
+            return __original(*args, **kwargs)
+
+        replacements.append((owner, attribute, recorder))
+    return _replacing(replacements, namespace)
+
+
+@contextlib.contextmanager
+def _replacing(replacements: Sequence[tuple[object, str, object]], namespace: dict) -> Iterator[None]:
+    """While active, ``owner.attribute`` is ``replacement`` for each triple, and so is every name in ``namespace``
+    bound to the original (the learner's own aliases); everything is put back afterwards, in reverse order."""
     undo: list[tuple[object, str, object]] = []
     try:
-        for dotted in dotted_names:
-            owner, attribute, original = _resolve(dotted)
-
-            def recorder(*args, __original=original, __name=dotted, **kwargs):
-                calls.append(__name)
-                return __original(*args, **kwargs)
-
+        for owner, attribute, replacement in replacements:
+            original = getattr(owner, attribute)
             undo.append((owner, attribute, original))
-            setattr(owner, attribute, recorder)
+            setattr(owner, attribute, replacement)
             for key, value in list(namespace.items()):
                 if value is original:
                     undo.append((namespace, key, original))
-                    namespace[key] = recorder
+                    namespace[key] = replacement
         yield
     finally:
         for owner, attribute, original in reversed(undo):

@@ -28,7 +28,7 @@ from ..masks import causal_mask
 from ..modules import CausalAttention, MultiHeadAttention, MultiHeadAttentionWrapper
 from . import core as _core
 from ._inputs import randn
-from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug, _describe, _watching, forbids
+from .core import Case, Feedback, FunctionExercise, Mistake, SpotTheBug, _describe, _replacing, _watching, forbids
 
 __all__ = ["causal_multi_head", "fused_qkv_bug"]
 
@@ -244,24 +244,9 @@ class _Coins:
     @contextlib.contextmanager
     def flipping(self, namespace: dict) -> Iterator[None]:
         self.calls = []
-        originals = [(nn.functional, "dropout", nn.functional.dropout, self.dropout),
-                     (torch, "dropout", torch.dropout, self.torch_dropout)]
-        undo = []
-        try:
-            for owner, name, original, replacement in originals:
-                undo.append((owner, name, original))
-                setattr(owner, name, replacement)
-                for key, value in list(namespace.items()):   # the learner's own alias, e.g. `from ... import dropout`
-                    if value is original:
-                        undo.append((namespace, key, original))
-                        namespace[key] = replacement
+        with _replacing([(nn.functional, "dropout", self.dropout), (torch, "dropout", self.torch_dropout)],
+                        namespace):   # the learner's own alias too, e.g. `from ... import dropout`
             yield
-        finally:
-            for owner, name, original in reversed(undo):
-                if isinstance(owner, dict):
-                    owner[name] = original
-                else:
-                    setattr(owner, name, original)
 
 
 def _close(answer: torch.Tensor, right: torch.Tensor, atol=1e-5, rtol=1e-4) -> bool:
