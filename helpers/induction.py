@@ -25,7 +25,7 @@ from torch import nn
 from ._checks import check_float_tensor, check_positive_int
 from .gqa import GroupedQueryAttention, KVCache
 from .positions import LearnedPositions
-from .training import seeded, train_loop
+from .training import remembered, seeded, train_loop
 
 __all__ = ["START", "TOKENS", "encode", "repeated_sequences", "in_context_mask", "InductionModel", "knocked_out",
            "previous_token_score", "prefix_matching_score", "copying_score", "in_context_loss", "next_token_loss",
@@ -264,6 +264,7 @@ def next_token_loss(model: InductionModel, token_ids: torch.Tensor) -> torch.Ten
     return nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), token_ids[:, 1:].flatten())
 
 
+@remembered
 def train_induction_model(num_layers: int = 2, *, num_steps: int = 400, batch_size: int = 32, lr: float = 3e-3,
                           seed: int = 0, checkpoint_every: int = 10, vocab_size: int = 63, num_tokens: int = 32,
                           min_period: int = 4, max_period: int = 12, d_model: int = 64, num_heads: int = 2,
@@ -272,7 +273,9 @@ def train_induction_model(num_layers: int = 2, *, num_steps: int = 400, batch_si
 
     Uses the course's loop (:func:`helpers.training.train_loop`): initial weights under ``seed``, a fresh batch
     every step from a generator seeded with ``seed``, one thread. The evaluation batch (``num_eval`` sequences)
-    comes from its own generator (seed ``seed + 1000``), so it is never a training batch.
+    comes from its own generator (seed ``seed + 1000``), so it is never a training batch. The same call made again
+    in the same kernel returns a copy of the first run (:func:`helpers.training.remembered`) instead of training
+    again.
     """
     device = torch.device("cpu") if device is None else torch.device(device)
     model = seeded(lambda: InductionModel(vocab_size, num_tokens, d_model, num_heads, num_layers), seed).to(device)

@@ -17,7 +17,11 @@ Shapes are whatever the model's own ``step_loss`` uses.
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
+import inspect
 import numbers
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 
 import torch
@@ -25,7 +29,7 @@ from torch import nn
 
 from ._checks import check_positive_int
 
-__all__ = ["seeded", "one_thread", "train_loop"]
+__all__ = ["seeded", "one_thread", "train_loop", "remembered"]
 
 
 def _check_seed(seed) -> None:
@@ -101,3 +105,40 @@ def train_loop(model: nn.Module, step_loss: Callable[[nn.Module, torch.Generator
             losses.append(loss.item())
     model.eval()
     return losses
+
+
+# What a remembered call may depend on: plain values, compared by value (not objects a caller could change).
+_PLAIN = (type(None), bool, int, float, str, torch.device, torch.dtype)
+
+
+def remembered(train: Callable, *, keep: int = 4) -> Callable:
+    """``train`` that, called again with the same plain arguments in the same process, returns a copy of its first result.
+
+    A seeded run on one thread is a function of its arguments, so a notebook cell run a second time needs not train
+    a second time: the copy (``copy.deepcopy``) is what training again would return, and changing it leaves the
+    remembered run as it was. Only calls whose arguments are all plain values (numbers, strings, ``None``,
+    devices) are remembered, under the default dtype in force; the last ``keep`` of them are kept.
+    """
+    signature = inspect.signature(train)
+    runs: OrderedDict = OrderedDict()
+
+    @functools.wraps(train)
+    def wrapper(*args, **kwargs):
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return train(*args, **kwargs)  # let the function report its own argument error
+        bound.apply_defaults()
+        values = tuple(bound.arguments.items())
+        if not all(type(value) in _PLAIN for _, value in values):
+            return train(*args, **kwargs)
+        key = (values, torch.get_default_dtype())
+        if key not in runs:
+            runs[key] = train(*args, **kwargs)
+            while len(runs) > keep:
+                runs.popitem(last=False)
+        runs.move_to_end(key)
+        return copy.deepcopy(runs[key])
+
+    wrapper.forget = runs.clear
+    return wrapper

@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers.training import one_thread, seeded, train_loop
+from helpers.training import one_thread, remembered, seeded, train_loop
 
 
 def _regression_loss(model, generator):
@@ -68,3 +68,61 @@ def test_bad_arguments_are_named(kwargs, error, match):
     arguments = dict(num_steps=2, lr=0.1, seed=0) | kwargs
     with pytest.raises(error, match=match):
         train_loop(nn.Linear(3, 1), _regression_loss, **arguments)
+
+
+def _counting_trainer():
+    calls = []
+
+    @remembered
+    def train(num_steps: int = 30, *, lr: float = 0.05, seed: int = 0, weights=None):
+        calls.append((num_steps, lr, seed))
+        model = seeded(lambda: nn.Linear(3, 1), seed=seed)
+        return model, train_loop(model, _regression_loss, num_steps=num_steps, lr=lr, seed=seed)
+
+    return train, calls
+
+
+def test_remembered_trains_once_per_plain_call_and_hands_out_independent_copies():
+    train, calls = _counting_trainer()
+    first_model, first_losses = train(30)
+    again_model, again_losses = train(num_steps=30, lr=0.05)  # the same call, spelled differently
+    assert len(calls) == 1, "a repeated call with the same arguments must not train again"
+    assert again_losses == first_losses and torch.equal(again_model.weight, first_model.weight)
+    assert again_model is not first_model
+    with torch.no_grad():
+        again_model.weight.add_(1.0)  # a learner changing the copy leaves the remembered run alone
+    assert torch.equal(train(30)[0].weight, first_model.weight)
+    fresh_model, fresh_losses = seeded(lambda: nn.Linear(3, 1), seed=0), None
+    fresh_losses = train_loop(fresh_model, _regression_loss, num_steps=30, lr=0.05, seed=0)
+    assert fresh_losses == first_losses, "the remembered result is what training again gives"
+    train(31)
+    train(30, seed=1)
+    assert len(calls) == 3
+    train.forget()
+    train(30)
+    assert len(calls) == 4
+
+
+def test_remembered_trains_again_for_objects_and_another_default_dtype():
+    train, calls = _counting_trainer()
+    weights = torch.zeros(3)
+    train(10, weights=weights)
+    train(10, weights=weights)  # a tensor could have changed in place between the calls
+    assert len(calls) == 2
+    train(10)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        train(10)
+    finally:
+        torch.set_default_dtype(previous)
+    assert len(calls) == 4
+
+
+def test_remembered_keeps_only_the_last_runs():
+    train, calls = _counting_trainer()
+    for steps in range(1, 7):  # six different calls; four are kept
+        train(steps)
+    train(6)
+    train(1)
+    assert len(calls) == 7
