@@ -58,14 +58,23 @@ lab: $(LAB_STAMP)
 	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
 	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
-# The Colab-like stack's environment is built in the background while the browser tests run (they mostly wait on
-# the browser, the build on disk and network); scripts/colab_stack.py waits for that build, then goes on.
+# Side by side, to use both cores: while the unit tests and strict nbval run, Chromium is installed if missing
+# (tests/e2e/chromium.sh) and the Colab-like stack's environment is built (disk and network, mostly); then the
+# browser tests (which mostly wait on the browser and on kernels) run next to the Colab-like stack
+# (scripts/colab_stack.py, its output printed when it is done, also in build/colab-stack.log). Any failure fails.
 test: setup
+	@mkdir -p build && rm -f build/chromium.status
+	@(sh tests/e2e/chromium.sh > build/chromium.log 2>&1; echo $$? > build/chromium.status) &
+	@(TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py --prepare > build/colab-stack-prepare.log 2>&1 &)
 	$(BIN)/python -m pytest
-	@mkdir -p build && (TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py --prepare \
-	    > build/colab-stack-prepare.log 2>&1 &)
-	$(call run_e2e,-q -rs)
-	TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py
+	@while [ ! -f build/chromium.status ]; do sleep 1; done; cat build/chromium.log; \
+	browser=$$(cat build/chromium.status); if [ $$browser -ne 0 ] && [ $$browser -ne 3 ]; then exit $$browser; fi; \
+	echo "browser tests, next to the Colab-like stack (build/colab-stack.log):"; \
+	TORCH_INDEX=$(TORCH_INDEX) E2E_SCREENSHOT_DIR=$(E2E_DIR)/classic $(BIN)/python scripts/colab_stack.py \
+	    > build/colab-stack.log 2>&1 & stack=$$!; \
+	e2e=0; if [ $$browser -eq 0 ]; then $(E2E_PYTEST) -q -rs || e2e=$$?; fi; \
+	colab=0; wait $$stack || colab=$$?; echo "---- the Colab-like stack ----"; cat build/colab-stack.log; \
+	echo "browser tests: exit $$e2e; Colab-like stack: exit $$colab"; [ $$e2e -eq 0 ] && [ $$colab -eq 0 ]
 
 # Re-execute every notebook in place to refresh its stored outputs (then review the diff). First the
 # Colab set-up block and the course-map line are brought up to date in every notebook (scripts/colab_setup.py,
