@@ -58,14 +58,16 @@ lab: $(LAB_STAMP)
 	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
 	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
-# Side by side, to use both cores: while the unit tests and strict nbval run, Chromium is installed if missing
-# (tests/e2e/chromium.sh) and the Colab-like stack's environment is built (disk and network, mostly); then the
-# browser tests (which mostly wait on the browser and on kernels) run next to the Colab-like stack
-# (scripts/colab_stack.py, its output printed when it is done, also in build/colab-stack.log). Any failure fails.
-test: setup
+# Side by side, to use both cores: while the course's environment is set up and the unit tests and strict nbval
+# run, Chromium is installed if missing (tests/e2e/chromium.sh) and the Colab-like stack's environment is built
+# (pip, one core); then the browser tests (which mostly wait on the browser and on kernels) run next to the
+# Colab-like stack (scripts/colab_stack.py, its output printed when it is done, also in build/colab-stack.log).
+# Any failure fails.
+test:
 	@mkdir -p build && rm -f build/chromium.status
 	@(sh tests/e2e/chromium.sh > build/chromium.log 2>&1; echo $$? > build/chromium.status) &
-	@(TORCH_INDEX=$(TORCH_INDEX) $(BIN)/python scripts/colab_stack.py --prepare > build/colab-stack-prepare.log 2>&1 &)
+	@(TORCH_INDEX=$(TORCH_INDEX) $(PYTHON) scripts/colab_stack.py --prepare > build/colab-stack-prepare.log 2>&1 &)
+	@$(MAKE) --no-print-directory setup
 	$(BIN)/python -m pytest
 	@while [ ! -f build/chromium.status ]; do sleep 1; done; cat build/chromium.log; \
 	browser=$$(cat build/chromium.status); if [ $$browser -ne 0 ] && [ $$browser -ne 3 ]; then exit $$browser; fi; \

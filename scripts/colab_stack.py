@@ -13,8 +13,11 @@ Steps (each prints one line with its time):
     Every package installed before must have the same version after (the block may only add).
  4. Every notebook executed top to bottom on that environment's kernel (nbclient): no error, and every
     live figure's output carries its static PNG. Outputs are not compared: other versions print differently.
- 5. The unit tests, in that environment, against the installed wheel (not the files of the working tree),
-    except the checks of the repository's files (REPOSITORY_CHECKS; the pinned suite runs those).
+ 5. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
+    working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
+    course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
+    parameter set (scripts/first_case_only.py). torch is the same build as the pinned suite's, which runs every case
+    of every test; the checks of the repository's files (REPOSITORY_CHECKS) run only there.
  6. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
     Run All on a notebook with a live picture, move a slider, the picture changes.
 """
@@ -26,6 +29,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -170,6 +174,19 @@ def execute_notebooks(venv: Path, out: Path) -> list[str]:
         return [p for problems in pool.map(run, sorted(out.glob("*.ipynb"))) for p in problems]
 
 
+# A test module touches what differs on the Colab-like stack when it imports one of these packages, or the course's
+# modules built on them (figures, live pictures, widgets).
+VERSION_SENSITIVE = re.compile(r"^\s*(import|from)\s+(matplotlib|ipywidgets|IPython|numpy)\b"
+                               r"|helpers\.(live|plotting|widgets|diagrams)\b"
+                               r"|from helpers import [^\n]*\b(live|plotting|widgets|diagrams)\b", re.M)
+
+
+def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
+    """The unit-test modules the Colab-like stack runs (see the module docstring, step 5)."""
+    return [path.name for path in sorted(tests.glob("test_*.py"))
+            if path.name not in REPOSITORY_CHECKS and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
+
+
 def unit_tests(python: Path) -> int:
     pins = [f"{name}=={version}" for name, version in installed_versions(python).items()
             if name != "attention-course-helpers"]
@@ -180,12 +197,16 @@ def unit_tests(python: Path) -> int:
               "pyyaml"], capture_output=True)
     finally:
         os.remove(constraints.name)
+    modules = version_sensitive_tests()
+    print(f"[colab-stack]   unit tests of {len(modules)} modules, each test once: {', '.join(modules)}", flush=True)
     # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);
-    # importlib mode keeps the tests' folder off sys.path too: `helpers` is the installed wheel.
-    command = [str(python.with_name("pytest")), "tests", "--import-mode=importlib", "-o", "addopts=", "-n", "2",
-               "-p", "no:cacheprovider", "-q", "-W", "ignore::DeprecationWarning",
-               *[f"--ignore=tests/{name}" for name in REPOSITORY_CHECKS]]
-    return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}).returncode
+    # importlib mode keeps the tests' folder off sys.path too: `helpers` is the installed wheel. PYTHONPATH holds
+    # scripts/ only, for the plugin.
+    command = [str(python.with_name("pytest")), *[f"tests/{name}" for name in modules], "--import-mode=importlib",
+               "-o", "addopts=", "-n", "2", "-p", "no:cacheprovider", "-p", "first_case_only", "-q",
+               "-W", "ignore::DeprecationWarning"]
+    return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                  "PYTHONPATH": str(ROOT / "scripts")}).returncode
 
 
 def browser_test(venv: Path) -> int:
