@@ -51,7 +51,8 @@ KERNEL = "attention-colab-stack"
 # Tests of the repository's files (pins, notebooks' cells, README) and of its own tools (nbval's run-twice option,
 # the instructor's scripts), not of the helpers' behaviour on other versions: the pinned suite runs them.
 REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py", "test_run_twice.py",
-                     "test_grade.py", "test_student.py", "test_withheld.py", "test_learner_setup.py"]
+                     "test_grade.py", "test_student.py", "test_withheld.py", "test_learner_setup.py",
+                     "test_colab_stack.py"]
 TIMEOUT_PER_CELL_S = 300
 
 
