@@ -23,7 +23,7 @@ from torch import nn
 
 from ._checks import check_positive_int
 from .cross_attention import CrossAttention
-from .training import seeded, train_loop
+from .training import remembered, seeded, train_loop
 
 __all__ = ["number_to_words", "NumberWordsTask", "NumberWordsModel", "NumberWordsRun", "train_number_words"]
 
@@ -216,6 +216,7 @@ def _accuracy(model: NumberWordsModel, source_ids: torch.Tensor, targets: torch.
     return float((answers == targets)[real].float().mean())
 
 
+@remembered
 def train_number_words(task: NumberWordsTask, *, test_ids: torch.Tensor, num_steps: int = 150,
                        batch_size: int = 64, lr: float = 0.01, d_model: int = 32, num_heads: int = 2,
                        seed: int = 0, eval_every: int = 25,
@@ -227,6 +228,9 @@ def train_number_words(task: NumberWordsTask, *, test_ids: torch.Tensor, num_ste
     Training batches hold only sources outside the held-out part (``task.sample(..., held_out=False)``);
     ``test_ids`` ``(N, T_k)``, best drawn with ``held_out=True``, are scored (accuracy per real word) every
     ``eval_every`` steps and at the end.
+
+    The same call made again returns a copy of the first run instead of training again
+    (:func:`helpers.training.remembered`).
     """
     if not isinstance(task, NumberWordsTask):
         raise TypeError(f"task must be a NumberWordsTask, got {type(task).__name__}")

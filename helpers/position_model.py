@@ -21,7 +21,7 @@ from torch import nn
 from ._checks import check_positive_int
 from .attention import scaled_dot_product_attention
 from .positions import LearnedPositions, apply_rope, sinusoidal_positions
-from .training import seeded, train_loop
+from .training import remembered, seeded, train_loop
 
 __all__ = ["POSITION_KINDS", "PositionTask", "PositionModel", "train_position_model", "position_accuracy",
            "accuracy_table"]
@@ -182,6 +182,7 @@ def accuracy_table(models: dict[tuple[str, str], PositionModel], tasks: dict[str
     return "\n".join(lines)
 
 
+@remembered
 def train_position_model(task: PositionTask, position: str, *, num_tokens: int = 8, num_steps: int = 200,
                          batch_size: int = 64, lr: float = 0.01, d_model: int = 32, num_heads: int = 2,
                          seed: int = 0, device: torch.device | str | None = None) -> PositionModel:
@@ -190,6 +191,9 @@ def train_position_model(task: PositionTask, position: str, *, num_tokens: int =
     Reproducible: the model is built under ``torch.manual_seed(seed)`` in a forked random state and the batches
     come from a ``torch.Generator`` seeded with ``seed``, all on the CPU, then moved to ``device``. The same
     ``seed`` gives the four kinds of position the same batches and the same starting weights (but for positions).
+
+    The same call made again returns a copy of the first run instead of training again
+    (:func:`helpers.training.remembered`).
     """
     if not isinstance(task, PositionTask):
         raise TypeError(f"task must be a PositionTask, got {type(task).__name__}")

@@ -27,6 +27,7 @@ from torch import nn
 
 from ._checks import check_positive_int
 from .modules import MultiHeadAttention
+from .training import remembered
 
 __all__ = ["FetchTask", "BidirectionalAttention", "AttentionOnlyModel", "ToyTrainingRun", "train_toy_model",
            "train_step", "accuracy"]
@@ -235,6 +236,7 @@ class ToyTrainingRun:
         return self.steps.index(step)
 
 
+@remembered
 def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch.Tensor, num_steps: int = 100,
                     batch_size: int = 64, lr: float = 0.01, d_model: int = 32, num_heads: int = 2,
                     use_positions: bool = True, seed: int = 0, checkpoint_every: int = 10,
@@ -252,6 +254,9 @@ def train_toy_model(task: FetchTask, *, watch_ids: torch.Tensor, test_ids: torch
     generator is untouched), batches come from a ``torch.Generator`` seeded with
     ``seed``. Both are drawn on the CPU and then moved to ``device`` (default: the CPU), so the run starts
     from the same numbers on every machine; the checkpoints are kept on the CPU.
+
+    The same call made again returns a copy of the first run instead of training again
+    (:func:`helpers.training.remembered`).
     """
     if not isinstance(task, FetchTask):
         raise TypeError(f"task must be a FetchTask, got {type(task).__name__}")

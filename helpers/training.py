@@ -19,10 +19,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import hashlib
 import inspect
 import numbers
+import os
+import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -107,17 +111,101 @@ def train_loop(model: nn.Module, step_loss: Callable[[nn.Module, torch.Generator
     return losses
 
 
-# What a remembered call may depend on: plain values, compared by value (not objects a caller could change).
+# What a remembered call may depend on: plain values, tensors, lists, tuples and dicts of them, the library's classes
+# and the course's own task objects, all compared by value at the time of the call.
 _PLAIN = (type(None), bool, int, float, str, torch.device, torch.dtype)
+_LIBRARIES = ("helpers", "torch")
+CACHE_VARIABLE = "ATTENTION_COURSE_TRAINING_CACHE"
 
 
-def remembered(train: Callable, *, keep: int = 4) -> Callable:
-    """``train`` that, called again with the same plain arguments in the same process, returns a copy of its first result.
+class _NotRemembered(Exception):
+    """An argument whose value cannot be described (e.g. a class defined in a notebook): train again."""
+
+
+def _from_library(cls: type, libraries: tuple[str, ...] = _LIBRARIES) -> bool:
+    module = getattr(cls, "__module__", "") or ""
+    return module.split(".")[0] in libraries
+
+
+def _describe(value):
+    """``value`` as nested tuples of plain values: equal descriptions mean equal arguments."""
+    if type(value) in _PLAIN:
+        return type(value).__name__, repr(value)
+    if isinstance(value, torch.Tensor):
+        try:
+            data = value.detach().cpu().contiguous().reshape(-1)
+        except (RuntimeError, NotImplementedError) as error:  # e.g. a tensor on the meta device has no values
+            raise _NotRemembered from error
+        digest = hashlib.sha256(data.view(torch.uint8).numpy().tobytes()).hexdigest()
+        return "tensor", str(value.dtype), tuple(value.shape), str(value.device), value.requires_grad, digest
+    if type(value) in (list, tuple):
+        return type(value).__name__, tuple(_describe(item) for item in value)
+    if type(value) is dict:
+        return "dict", tuple((_describe(k), _describe(v)) for k, v in value.items())
+    if isinstance(value, type) and _from_library(value):
+        return "class", value.__module__, value.__qualname__
+    if _from_library(type(value), ("helpers",)) and not isinstance(value, nn.Module) and hasattr(value, "__dict__"):
+        return "object", type(value).__module__, type(value).__qualname__, _describe(vars(value))
+    raise _NotRemembered
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of the course package's source files: a saved run is only used by the code that made it."""
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def _saved_path(train: Callable, key) -> Path | None:
+    directory = os.environ.get(CACHE_VARIABLE)
+    if not directory:
+        return None
+    full = repr((key, torch.__version__, _source_digest()))
+    name = f"{train.__module__}.{train.__qualname__}-{hashlib.sha256(full.encode()).hexdigest()[:40]}.pt"
+    return Path(directory) / name
+
+
+def _load(path: Path | None):
+    if path is None or not path.is_file():
+        return None
+    try:
+        return (torch.load(path, weights_only=False),)  # a file this function wrote (see _save)
+    except Exception:  # a partial or foreign file: train again
+        return None
+
+
+def _save(path: Path | None, result) -> None:
+    if path is None:
+        return
+    part = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, suffix=".part", delete=False) as part:
+            torch.save(result, part)
+        os.replace(part.name, path)  # whole or not at all, also when two processes save the same run
+    except Exception:  # e.g. a result that cannot be pickled: it is only not saved
+        if part is not None:
+            with contextlib.suppress(OSError):
+                os.remove(part.name)
+
+
+def remembered(train: Callable, *, keep: int = 16) -> Callable:
+    """``train`` that, called again with the same arguments, returns a copy of its first result instead of training.
 
     A seeded run on one thread is a function of its arguments, so a notebook cell run a second time needs not train
     a second time: the copy (``copy.deepcopy``) is what training again would return, and changing it leaves the
-    remembered run as it was. Only calls whose arguments are all plain values (numbers, strings, ``None``,
-    devices) are remembered, under the default dtype in force; the last ``keep`` of them are kept.
+    remembered run as it was. Arguments are compared by value when the call is made (numbers, strings, devices,
+    tensors, lists and dicts of them, classes from torch or from this package, this package's task objects), under
+    the default dtype in force; a call with any other argument (say, a class defined in a notebook) trains. The
+    last ``keep`` runs are kept in memory.
+
+    If the environment variable ``ATTENTION_COURSE_TRAINING_CACHE`` names a directory (``make test`` sets it for
+    the notebooks' kernels), runs are also saved there and loaded by other processes, keyed by the arguments, the
+    torch version and this package's source: every notebook is executed more than once by the test suite
+    (strict nbval, JupyterLab in a browser, the Colab-like stack), and each run trains once.
     """
     signature = inspect.signature(train)
     runs: OrderedDict = OrderedDict()
@@ -129,12 +217,19 @@ def remembered(train: Callable, *, keep: int = 4) -> Callable:
         except TypeError:
             return train(*args, **kwargs)  # let the function report its own argument error
         bound.apply_defaults()
-        values = tuple(bound.arguments.items())
-        if not all(type(value) in _PLAIN for _, value in values):
+        try:
+            key = (tuple((name, _describe(value)) for name, value in bound.arguments.items()),
+                   str(torch.get_default_dtype()))
+        except _NotRemembered:
             return train(*args, **kwargs)
-        key = (values, torch.get_default_dtype())
         if key not in runs:
-            runs[key] = train(*args, **kwargs)
+            path = _saved_path(train, key)
+            loaded = _load(path)
+            if loaded is not None:
+                runs[key] = loaded[0]
+            else:
+                runs[key] = train(*args, **kwargs)
+                _save(path, runs[key])
             while len(runs) > keep:
                 runs.popitem(last=False)
         runs.move_to_end(key)

@@ -104,7 +104,9 @@ def _make_environment(venv: Path) -> Path:
         torch = next(r for r in COLAB_STACK if r.startswith("torch=="))
         _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--index-url", os.environ["TORCH_INDEX"],
               torch])
-    _run([str(python), "-m", "pip", "install", "--quiet", *COLAB_STACK])
+    # As the Makefile's PIP_COMPILE: compile at install time only where Python may not cache bytecode itself.
+    compile_option = ["--no-compile"] if not os.environ.get("PYTHONDONTWRITEBYTECODE") else []
+    _run([str(python), "-m", "pip", "install", "--quiet", *compile_option, *COLAB_STACK])
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
           "--display-name", "Python 3 (Colab-like stack)"], capture_output=True)
     stamp.write_text(wanted)

@@ -103,26 +103,97 @@ def test_remembered_trains_once_per_plain_call_and_hands_out_independent_copies(
     assert len(calls) == 4
 
 
-def test_remembered_trains_again_for_objects_and_another_default_dtype():
+def test_remembered_compares_tensors_by_value_and_trains_again_for_other_objects_and_dtypes():
     train, calls = _counting_trainer()
     weights = torch.zeros(3)
     train(10, weights=weights)
-    train(10, weights=weights)  # a tensor could have changed in place between the calls
+    train(10, weights=torch.zeros(3))  # another tensor with the same values: the same call
+    assert len(calls) == 1
+    weights[0] = 1.0  # changed in place since the first call: a different call
+    train(10, weights=weights)
     assert len(calls) == 2
-    train(10)
+    train(10, weights=[torch.zeros(3), "a"])
+    train(10, weights=[torch.zeros(3), "a"])
+    assert len(calls) == 3
+
+    class Defined(nn.Linear):  # a class of the caller's (a notebook's) could change behind the same name
+        pass
+
+    train(10, weights=Defined)
+    train(10, weights=Defined)
+    train(10, weights=object())
+    train(10, weights=torch.empty(2, device="meta"))  # no values to compare
+    train(10, weights=torch.empty(2, device="meta"))
+    assert len(calls) == 8
+    train(10, weights=nn.Linear)  # torch's own classes are compared by name
+    train(10, weights=nn.Linear)
+    assert len(calls) == 9
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)
     try:
         train(10)
     finally:
         torch.set_default_dtype(previous)
-    assert len(calls) == 4
+    train(10)
+    train(10)
+    assert len(calls) == 11, "float64 and float32 each trained once"
+
+
+def test_remembered_compares_the_courses_task_objects_by_their_state():
+    from helpers.toy_model import FetchTask
+
+    train, calls = _counting_trainer()
+    train(5, weights=FetchTask.rotation(num_tokens=6, offset=3, vocab_size=10))
+    train(5, weights=FetchTask.rotation(num_tokens=6, offset=3, vocab_size=10))
+    assert len(calls) == 1
+    train(5, weights=FetchTask.rotation(num_tokens=6, offset=2, vocab_size=10))
+    assert len(calls) == 2
+
+
+def test_the_training_cache_is_shared_through_its_directory(tmp_path, monkeypatch):
+    """With ATTENTION_COURSE_TRAINING_CACHE set, another process (here: the memory forgotten) loads the saved run."""
+    monkeypatch.setenv("ATTENTION_COURSE_TRAINING_CACHE", str(tmp_path / "cache"))
+    train, calls = _counting_trainer()
+    first_model, first_losses = train(20, weights=torch.ones(2))
+    (saved,) = (tmp_path / "cache").glob("*.pt")
+    assert "train" in saved.name and not list((tmp_path / "cache").glob("*.part"))
+    train.forget()
+    model, losses = train(20, weights=torch.ones(2))
+    assert len(calls) == 1, "a saved run is loaded, not trained again"
+    assert losses == first_losses and torch.equal(model.weight, first_model.weight)
+    train(21, weights=torch.ones(2))
+    assert len(calls) == 2 and len(list((tmp_path / "cache").glob("*.pt"))) == 2
+
+    saved.write_bytes(b"not a saved run")  # a damaged file: trained again and saved anew
+    train.forget()
+    assert train(20, weights=torch.ones(2))[1] == first_losses and len(calls) == 3
+    train.forget()
+    train(20, weights=torch.ones(2))
+    assert len(calls) == 3
+
+    monkeypatch.delenv("ATTENTION_COURSE_TRAINING_CACHE")
+    train.forget()
+    train(20, weights=torch.ones(2))
+    assert len(calls) == 4, "without the variable nothing is loaded"
+
+
+def test_a_run_that_cannot_be_saved_is_still_returned(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_TRAINING_CACHE", str(tmp_path))
+
+    @remembered
+    def unpicklable(n: int):
+        return lambda: n
+
+    assert unpicklable(3)() == 3
+    assert not list(tmp_path.iterdir()), "nothing, not even a partial file, is left behind"
 
 
 def test_remembered_keeps_only_the_last_runs():
     train, calls = _counting_trainer()
-    for steps in range(1, 7):  # six different calls; four are kept
+    for steps in range(1, 19):  # eighteen different calls; sixteen are kept
         train(steps)
-    train(6)
+    train(18)
+    train(3)
+    assert len(calls) == 18
     train(1)
-    assert len(calls) == 7
+    assert len(calls) == 19
