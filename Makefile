@@ -40,6 +40,10 @@ endef
 # a third of it: measured, pip's compile step is about 45 of the 100 CPU-seconds of an install). Where it may not
 # write them, every process would compile every import again, so pip compiles everything at install time.
 PIP_COMPILE := $(if $(PYTHONDONTWRITEBYTECODE),,--no-compile)
+# What every test process and kernel imports, imported once after installing: compiled (and cached) by one process,
+# not by the first few processes at once.
+WARM_IMPORTS := import torch, matplotlib.pyplot, ipywidgets, ipykernel.kernelapp, nbval, nbclient, helpers; \
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)])
 
 # The exact versions of requirements-lock.txt (what the stored outputs were made with); pyproject.toml
 # itself only states the ranges the code supports.
@@ -47,6 +51,7 @@ $(STAMP): pyproject.toml requirements-lock.txt
 	$(PYTHON) -m venv $(VENV)
 	$(if $(TORCH_INDEX),$(BIN)/pip install --no-deps --index-url $(TORCH_INDEX) torch==$(TORCH_VERSION))
 	$(BIN)/pip install $(PIP_COMPILE) -c requirements-lock.txt -e ".[test,lab]"
+	$(BIN)/python -c "$(WARM_IMPORTS)"
 	touch $(STAMP) $(LAB_STAMP)
 
 # make lab: the same exact versions, without the test tools (nbval, pytest, Playwright).
@@ -71,7 +76,7 @@ lab: $(LAB_STAMP)
 # Any failure fails. Python caches bytecode here whatever the caller's PYTHONDONTWRITEBYTECODE (see PIP_COMPILE).
 # Every notebook is executed by strict nbval (each cell twice), in JupyterLab and on the Colab-like stack: a model
 # trained by one of them is saved in build/training-cache and loaded by the others (helpers.training.remembered),
-# so each trains once per run. The cache starts empty; the unit tests never use it (conftest.py).
+# so each trains once per run. The cache starts empty; only notebooks' kernels use it, not the unit tests.
 test: export PYTHONDONTWRITEBYTECODE :=
 test: export ATTENTION_COURSE_TRAINING_CACHE := $(CURDIR)/build/training-cache
 test:

@@ -11,15 +11,6 @@ import pytest
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
-@pytest.fixture(autouse=True)
-def _unit_tests_train_for_themselves(request, monkeypatch):
-    """``make test`` lets the notebooks' kernels share trained models (helpers.training.remembered); a unit test
-    that trains must train, so it never sees that cache. The kernels of nbval and of the browser tests (marked
-    e2e) keep it."""
-    if request.node.get_closest_marker("e2e") is None:
-        monkeypatch.delenv("ATTENTION_COURSE_TRAINING_CACHE", raising=False)
-
-
 def pytest_addoption(parser):
     parser.addoption(
         "--run-twice", action="store_true", default=False,

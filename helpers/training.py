@@ -23,6 +23,7 @@ import hashlib
 import inspect
 import numbers
 import os
+import sys
 import tempfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -159,9 +160,15 @@ def _source_digest() -> str:
     return digest.hexdigest()
 
 
+def _in_a_kernel() -> bool:
+    """Whether this process is a Jupyter kernel (a notebook's), not, say, a unit test that must train."""
+    kernelapp = sys.modules.get("ipykernel.kernelapp")
+    return kernelapp is not None and kernelapp.IPKernelApp.initialized()
+
+
 def _saved_path(train: Callable, key) -> Path | None:
     directory = os.environ.get(CACHE_VARIABLE)
-    if not directory:
+    if not directory or not _in_a_kernel():
         return None
     full = repr((key, torch.__version__, _source_digest()))
     name = f"{train.__module__}.{train.__qualname__}-{hashlib.sha256(full.encode()).hexdigest()[:40]}.pt"
@@ -202,10 +209,10 @@ def remembered(train: Callable, *, keep: int = 16) -> Callable:
     the default dtype in force; a call with any other argument (say, a class defined in a notebook) trains. The
     last ``keep`` runs are kept in memory.
 
-    If the environment variable ``ATTENTION_COURSE_TRAINING_CACHE`` names a directory (``make test`` sets it for
-    the notebooks' kernels), runs are also saved there and loaded by other processes, keyed by the arguments, the
-    torch version and this package's source: every notebook is executed more than once by the test suite
-    (strict nbval, JupyterLab in a browser, the Colab-like stack), and each run trains once.
+    In a notebook's kernel, if the environment variable ``ATTENTION_COURSE_TRAINING_CACHE`` names a directory
+    (``make test`` sets it), runs are also saved there and loaded by other kernels, keyed by the arguments, the
+    torch version and this package's source: the test suite executes every notebook more than once (strict nbval,
+    JupyterLab in a browser, the Colab-like stack), and each run trains once. Other processes (unit tests) train.
     """
     signature = inspect.signature(train)
     runs: OrderedDict = OrderedDict()

@@ -107,6 +107,9 @@ def _make_environment(venv: Path) -> Path:
     # As the Makefile's PIP_COMPILE: compile at install time only where Python may not cache bytecode itself.
     compile_option = ["--no-compile"] if not os.environ.get("PYTHONDONTWRITEBYTECODE") else []
     _run([str(python), "-m", "pip", "install", "--quiet", *compile_option, *COLAB_STACK])
+    # What every kernel imports, compiled and cached once here rather than by the first two notebooks at once.
+    _run([str(python), "-c", "import torch, matplotlib.pyplot, ipywidgets, ipykernel.kernelapp, numpy; "
+                             "torch.optim.Adam([torch.zeros(1, requires_grad=True)])"])
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
           "--display-name", "Python 3 (Colab-like stack)"], capture_output=True)
     stamp.write_text(wanted)

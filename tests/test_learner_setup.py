@@ -57,5 +57,5 @@ def test_the_lab_extra_pulls_in_no_test_tool_and_the_test_extra_does():
 def test_make_lab_installs_the_lab_extra_with_the_lock():
     makefile = (ROOT / "Makefile").read_text()
     lab_rule = makefile.split("$(LAB_STAMP): ", 1)[1].split("\n\n", 1)[0]
-    assert 'pip install -c requirements-lock.txt -e ".[lab]"' in lab_rule and "test" not in lab_rule
+    assert 'pip install $(PIP_COMPILE) -c requirements-lock.txt -e ".[lab]"' in lab_rule and "test" not in lab_rule
     assert re.search(r"^lab: \$\(LAB_STAMP\)$", makefile, re.M)

@@ -1,5 +1,8 @@
 """The course's one training loop: seeded, one thread, a fresh batch every step, checkpoints in memory."""
 
+import sys
+import types
+
 import pytest
 import torch
 from torch import nn
@@ -150,8 +153,30 @@ def test_remembered_compares_the_courses_task_objects_by_their_state():
     assert len(calls) == 2
 
 
+class _KernelApp:
+    @staticmethod
+    def initialized():
+        return True
+
+
+def _as_a_kernel(monkeypatch):
+    """Make remembered() see a running Jupyter kernel (the only kind of process that uses the shared cache)."""
+    monkeypatch.setitem(sys.modules, "ipykernel.kernelapp", types.SimpleNamespace(IPKernelApp=_KernelApp))
+
+
+def test_the_training_cache_is_only_for_notebook_kernels(tmp_path, monkeypatch):
+    monkeypatch.setenv("ATTENTION_COURSE_TRAINING_CACHE", str(tmp_path))
+    monkeypatch.delitem(sys.modules, "ipykernel.kernelapp", raising=False)
+    train, calls = _counting_trainer()
+    train(5)
+    train.forget()
+    train(5)
+    assert len(calls) == 2 and not list(tmp_path.iterdir()), "a unit test's training is neither saved nor loaded"
+
+
 def test_the_training_cache_is_shared_through_its_directory(tmp_path, monkeypatch):
-    """With ATTENTION_COURSE_TRAINING_CACHE set, another process (here: the memory forgotten) loads the saved run."""
+    """With ATTENTION_COURSE_TRAINING_CACHE set, another kernel (here: the memory forgotten) loads the saved run."""
+    _as_a_kernel(monkeypatch)
     monkeypatch.setenv("ATTENTION_COURSE_TRAINING_CACHE", str(tmp_path / "cache"))
     train, calls = _counting_trainer()
     first_model, first_losses = train(20, weights=torch.ones(2))
@@ -178,6 +203,7 @@ def test_the_training_cache_is_shared_through_its_directory(tmp_path, monkeypatc
 
 
 def test_a_run_that_cannot_be_saved_is_still_returned(tmp_path, monkeypatch):
+    _as_a_kernel(monkeypatch)
     monkeypatch.setenv("ATTENTION_COURSE_TRAINING_CACHE", str(tmp_path))
 
     @remembered

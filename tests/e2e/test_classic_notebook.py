@@ -88,7 +88,7 @@ def test_classic_notebook_with_ipywidgets_7_moves_every_picture(classic_server, 
           f"{notebook.name}, transport {transport}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
         console_errors = []
         page.on("console", lambda message: message.type == "error" and console_errors.append(message.text))
         try:
