@@ -13,13 +13,13 @@ Steps (each prints one line with its time):
     Every package installed before must have the same version after (the block may only add).
  4. Every notebook executed top to bottom on that environment's kernel (nbclient): no error, and every
     live figure's output carries its static PNG. Outputs are not compared: other versions print differently.
- 5. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
+ 5. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
+    Run All on a notebook with a live picture, move a slider, the picture changes.
+ 6. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
     working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
     course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
     parameter set (scripts/first_case_only.py). torch is the same build as the pinned suite's, which runs every case
     of every test; the checks of the repository's files (REPOSITORY_CHECKS) run only there.
- 6. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
-    Run All on a notebook with a live picture, move a slider, the picture changes.
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ VERSION_SENSITIVE = re.compile(r"^\s*(import|from)\s+(matplotlib|ipywidgets|IPyt
 
 
 def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
-    """The unit-test modules the Colab-like stack runs (see the module docstring, step 5)."""
+    """The unit-test modules the Colab-like stack runs (see the module docstring, step 6)."""
     return [path.name for path in sorted(tests.glob("test_*.py"))
             if path.name not in REPOSITORY_CHECKS and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
 
@@ -252,13 +252,15 @@ def main() -> None:
     if problems:
         sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
     _step("every notebook ran without an error; every live figure stored its static picture", started)
-    if unit_tests(python):
-        sys.exit("[colab-stack] unit tests failed")
-    _step("unit tests passed", started)
+    # The browser test before the unit tests: under make test the browser tests in JupyterLab run at the same time,
+    # and the unit tests (two workers) are what keeps both cores busy once those are done.
     if not args.no_browser:
         if browser_test(venv):
             sys.exit("[colab-stack] classic Notebook browser test failed")
         _step("classic Notebook 6.5 + ipywidgets 7 in Chromium: done", started)
+    if unit_tests(python):
+        sys.exit("[colab-stack] unit tests failed")
+    _step("unit tests passed", started)
 
 
 if __name__ == "__main__":
