@@ -420,3 +420,83 @@ def lab_browser(e2e_tmp):
             yield context
         finally:
             context.close()
+
+
+class LabApp:
+    """One browser tab with a server's JupyterLab, reused by the tests one after another (on one worker).
+
+    A test takes the tab (``start``), opens its notebook in it (``test_notebooks_in_lab._open_and_run_all``: by
+    its URL the first time, then through File > Open from Path..., as a learner opens a second notebook) and
+    gives it back (``finish``): the notebook's tab is closed without saving and its kernel shut down. Measured
+    on the 2-core test machine, loading JupyterLab costs the browser about 6 CPU-seconds, opening a notebook in a
+    loaded JupyterLab about 3. A test that ends with an exception leaves the tab in a state nobody checked: the
+    tab is closed, and the next test loads JupyterLab in a new one.
+    """
+
+    def __init__(self, server: "LabServer", context):
+        self.server, self.context = server, context
+        self.page = None
+        self.console_errors: list[str] = []
+
+    def _on_console(self, message) -> None:
+        if message.type == "error":
+            self.console_errors.append(message.text)
+
+    def _on_page_error(self, error) -> None:
+        self.console_errors.append(f"pageerror: {error}")
+
+    def start(self):
+        """The tab for the next test, and whether JupyterLab is loaded in it already."""
+        self.console_errors.clear()
+        if self.page is not None and not self.page.is_closed():
+            return self.page, True
+        self.page = self.context.new_page()
+        self.page.on("console", self._on_console)
+        self.page.on("pageerror", self._on_page_error)
+        self.page.set_default_timeout(15_000)
+        return self.page, False
+
+    def finish(self, name: str, clean: bool) -> None:
+        """Report the console's errors; close the notebook ``name`` (or the whole tab unless ``clean``); shut
+        its kernel down."""
+        if self.console_errors:
+            print(f"[e2e]   browser console errors ({len(self.console_errors)}):")
+            for text in self.console_errors[:10]:
+                print(f"[e2e]     {text[:300]}")
+        page = self.page
+        if clean and page is not None and not page.is_closed():
+            try:
+                tab = page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab", has_text=name)
+                tab.locator(".lm-TabBar-tabCloseIcon").click()
+                discard = page.locator(".jp-Dialog button", has_text=re.compile(r"^Discard$"))
+                deadline = time.monotonic() + 10
+                while page.locator(".jp-NotebookPanel").count():
+                    if discard.count():  # "Save your work": the outputs of Run All are not saved
+                        discard.click()
+                    assert time.monotonic() < deadline, f"{name} did not close"
+                    time.sleep(0.1)
+            except Exception as error:  # the next test loads JupyterLab afresh
+                print(f"[e2e]   closing {name} failed ({str(error).splitlines()[0][:200]}): a new tab next time")
+                clean = False
+        if not clean and page is not None:
+            page.close()
+            self.page = None
+        self.server.shutdown_kernels()
+
+
+@pytest.fixture(scope="session")
+def lab_app(lab_server, lab_browser):
+    """The JupyterLab tab of ``lab_server`` (default transport), reused from test to test."""
+    app = LabApp(lab_server, lab_browser)
+    yield app
+    if app.page is not None:
+        app.page.close()
+
+
+@pytest.fixture(scope="session")
+def lab_app_text(lab_server_text, lab_browser):
+    """The JupyterLab tab of ``lab_server_text`` (pictures as text only)."""
+    app = LabApp(lab_server_text, lab_browser)
+    yield app
+    if app.page is not None:
+        app.page.close()

@@ -141,22 +141,27 @@ def _cells_allowed_to_raise(notebook: Path) -> set[int]:
     return {i for i, cell in enumerate(cells) if "raises-exception" in cell.get("metadata", {}).get("tags", [])}
 
 
+# The notebook's text and, per cell, the text of its stderr outputs: read in one call, not one per cell.
+OUTPUT_TEXTS = """(panel) => ({
+  text: panel.innerText,
+  stderr: Array.from(panel.querySelectorAll('.jp-Notebook .jp-Cell')).flatMap((cell, i) => Array.from(
+    cell.querySelectorAll(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"),
+    (output) => [i, output.innerText]))
+})"""
+
+
 def _problems_in_outputs(panel, allowed_to_raise: set[int]) -> list[str]:
     """'Error displaying widget' anywhere, and tracebacks in cells not tagged raises-exception."""
     problems = []
-    text = panel.inner_text()
-    if "Error displaying widget" in text:
+    found = panel.evaluate(OUTPUT_TEXTS)
+    if "Error displaying widget" in found["text"]:
         problems.append("'Error displaying widget' is shown in the notebook")
-    cells = panel.locator(".jp-Notebook .jp-Cell")
-    for i in range(cells.count()):
-        for output in cells.nth(i).locator(
-                ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all():
-            output_text = output.inner_text()
-            if "Traceback" in output_text or ERROR_LINE.search(output_text):
-                if i not in allowed_to_raise:
-                    problems.append(f"cell {i} shows an error output: {output_text[:500]!r}")
-            else:
-                print(f"[e2e]   note: cell {i} writes to stderr: {output_text[:200]!r}")
+    for i, output_text in found["stderr"]:
+        if "Traceback" in output_text or ERROR_LINE.search(output_text):
+            if i not in allowed_to_raise:
+                problems.append(f"cell {i} shows an error output: {output_text[:500]!r}")
+        else:
+            print(f"[e2e]   note: cell {i} writes to stderr: {output_text[:200]!r}")
     return problems
 
 
@@ -177,8 +182,24 @@ def _kernel_state(lab_server, name: str) -> str | None:
     return None
 
 
-def _open_and_run_all(page, lab_server, name: str, shots: Path, stem: str):
-    page.goto(f"{lab_server.url}/lab/tree/{quote(name)}?reset&token={lab_server.token}")
+def _open_in_loaded_lab(page, name: str) -> None:
+    """Open notebook ``name`` in the JupyterLab already loaded in ``page``: File > Open from Path..."""
+    page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^File$")).click()
+    page.locator(".lm-Menu-itemLabel", has_text=re.compile(r"^Open from Path")).click()
+    path = page.locator(".jp-Dialog input")
+    path.fill(name)
+    path.press("Enter")
+    page.locator(".lm-DockPanel-tabBar .lm-TabBar-tab.jp-mod-current", has_text=name).wait_for(
+        timeout=KERNEL_READY_TIMEOUT_MS)
+
+
+def _open_and_run_all(page, lab_server, name: str, shots: Path, stem: str, in_loaded_lab: bool = False):
+    """Open ``name`` (by its URL, which loads JupyterLab, or in the JupyterLab loaded already), check it opens
+    unmodified with an idle kernel, then Run All Cells and wait until every cell has run."""
+    if in_loaded_lab:
+        _open_in_loaded_lab(page, name)
+    else:
+        page.goto(f"{lab_server.url}/lab/tree/{quote(name)}?reset&token={lab_server.token}")
     panel = page.locator(PANEL)
     panel.wait_for(state="visible", timeout=KERNEL_READY_TIMEOUT_MS)
     started = time.monotonic()
@@ -273,31 +294,29 @@ def test_lab_server_requires_the_token(lab_server):
     print(f"\n[e2e] without token: /api/contents -> 403, /lab -> {location}; with token: 200")
 
 
-def test_live_figures_respond_in_jupyterlab(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log):
-    _check_every_live_figure(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log, "image")
+def test_live_figures_respond_in_jupyterlab(live_notebook, lab_app, screenshot_dir, latency_log):
+    _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, "image")
 
 
-def test_live_figures_respond_with_the_text_transport(lab_server_text, lab_browser, screenshot_dir, latency_log):
+def test_live_figures_respond_with_the_text_transport(lab_app_text, screenshot_dir, latency_log):
     """The same checks with pictures sent as text only (what Colab gets): every live picture of one notebook."""
     from .conftest import transport_notebook
 
-    _check_every_live_figure(transport_notebook(), lab_server_text, lab_browser, screenshot_dir, latency_log, "text")
+    _check_every_live_figure(transport_notebook(), lab_app_text, screenshot_dir, latency_log, "text")
 
 
-def _check_every_live_figure(live_notebook, lab_server, lab_browser, screenshot_dir, latency_log, transport):
+def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, transport):
     name = live_notebook.name
     stem = live_notebook.stem if transport == "image" else f"{live_notebook.stem}-{transport}"
+    lab_server = lab_app.server
     copy = lab_server.root / name
-    print(f"\n[e2e] {name} (transport {transport})")
-    page = lab_browser.new_page()
-    console_errors: list[str] = []
-    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console_errors.append(f"pageerror: {error}"))
-    page.set_default_timeout(15_000)
+    page, loaded = lab_app.start()
+    print(f"\n[e2e] {name} (transport {transport}{', in the JupyterLab loaded already' if loaded else ''})")
     problems: list[str] = []
     latencies: list[str] = []
+    clean = False
     try:
-        panel = _open_and_run_all(page, lab_server, name, screenshot_dir, stem)
+        panel = _open_and_run_all(page, lab_server, name, screenshot_dir, stem, in_loaded_lab=loaded)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
 
         expected = _stored_live_figure_outputs(copy)
@@ -379,7 +398,8 @@ def _check_every_live_figure(live_notebook, lab_server, lab_browser, screenshot_
             problems.append(f"{name}: no slider was moved (none of its LiveFigures has one)")
         page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
+        clean = True
     finally:
-        _close_page(page, lab_server, console_errors)
+        lab_app.finish(name, clean)
     print(f"[e2e]   {name}: {len(latencies)} control(s) changed the picture, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems)

@@ -24,7 +24,6 @@ import time
 import pytest
 
 from .test_notebooks_in_lab import (
-    _close_page,
     IMAGE_DIGEST, LIVE_FIGURE, WAIT_SETTLED, _cells_allowed_to_raise, _kernel_state, _open_and_run_all,
     _problems_in_outputs, _readout, _stored_live_figure_outputs, _wait_for_live_figures)
 
@@ -142,8 +141,11 @@ class _KernelFrames:
     over its websocket: one per value that reaches Python."""
 
     def __init__(self, page):
-        self.sent = 0
+        self.sent, self.page = 0, page
         page.on("websocket", self._attach)
+
+    def detach(self) -> None:
+        self.page.remove_listener("websocket", self._attach)
 
     def _attach(self, websocket) -> None:
         if "/api/kernels/" in websocket.url:
@@ -241,19 +243,17 @@ def _describe(what: str, report: dict, changes: int) -> str:
             f"last input: settled in {report['settleMs']:.0f} ms")
 
 
-def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_server, lab_browser, screenshot_dir):
+def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_app, screenshot_dir):
     name, stem = slider_notebook.name, slider_notebook.stem
+    lab_server = lab_app.server
     copy = lab_server.root / name
+    page, loaded = lab_app.start()
     print(f"\n[e2e] {name}")
-    page = lab_browser.new_page()
     frames = _KernelFrames(page)  # before the notebook opens its kernel websocket
-    console_errors: list[str] = []
-    page.on("console", lambda message: console_errors.append(message.text) if message.type == "error" else None)
-    page.on("pageerror", lambda error: console_errors.append(f"pageerror: {error}"))
-    page.set_default_timeout(15_000)
     problems: list[str] = []
+    clean = False
     try:
-        panel = _open_and_run_all(page, lab_server, name, screenshot_dir, f"{stem}-burst")
+        panel = _open_and_run_all(page, lab_server, name, screenshot_dir, f"{stem}-burst", in_loaded_lab=loaded)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
         count = _wait_for_live_figures(panel, _stored_live_figure_outputs(copy))
         assert count >= 1, f"{name}: no LiveFigure rendered after Run All"
@@ -322,6 +322,8 @@ def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_server, la
         if report["settled"]:
             _step_away_and_back(page, handle, image, readout, f"{where} (drag)", problems)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
+        clean = True
     finally:
-        _close_page(page, lab_server, console_errors)
+        frames.detach()
+        lab_app.finish(name, clean)
     assert not problems, "\n".join(problems)
