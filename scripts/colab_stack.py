@@ -5,8 +5,9 @@
 
 Steps (each prints one line with its time):
  1. A second virtual environment, ``build/colab-stack``, with Colab's versions of the packages the course
-    meets there (``COLAB_STACK`` below; torch: the CPU build of 2.13.0, the torch this machine holds).
-    Reused when it exists with the same list; ``make clean`` removes it.
+    meets there (``COLAB_STACK`` below; torch: the CPU build of 2.13.0, the torch this machine holds), and
+    pytest for step 6, at versions that change none of them. Reused when it exists with the same lists;
+    ``make clean`` removes it. ``--prepare`` stops here (``make test`` runs it while it sets up the rest).
  2. The course's wheel, built from the working tree.
  3. The notebooks' own set-up block (scripts/colab_setup.py), run in that environment with
     ATTENTION_COURSE_SOURCE pointing at the wheel: exactly the code a learner's first cell runs on Colab.
@@ -48,6 +49,8 @@ ROOT = Path(__file__).resolve().parents[1]
 COLAB_STACK = ["torch==2.13.0", "matplotlib==3.10.0", "ipywidgets==7.7.1", "ipykernel==6.17.1", "ipython==7.34.0",
                "notebook==6.5.7", "numpy==2.1.3", "jupyter-client==7.4.9", "traitlets==5.7.1"]
 KERNEL = "attention-colab-stack"
+# What step 6 runs the unit tests with (not part of what a learner's Colab has to offer the course).
+TEST_TOOLS = ["pytest", "pytest-xdist", "pyyaml"]
 # Tests of the repository's files (pins, notebooks' cells, README) and of its own tools (nbval's run-twice option,
 # the instructor's scripts), not of the helpers' behaviour on other versions: the pinned suite runs them.
 REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py", "test_run_twice.py",
@@ -93,7 +96,7 @@ def make_environment(venv: Path) -> Path:
 def _make_environment(venv: Path) -> Path:
     python = venv / "bin" / "python"
     stamp = venv / "colab-stack.txt"
-    wanted = "\n".join(COLAB_STACK) + "\n"
+    wanted = "\n".join(COLAB_STACK) + "\n" + "test tools: " + " ".join(TEST_TOOLS) + "\n"
     if python.exists() and stamp.exists() and stamp.read_text() == wanted:
         _run([str(python), "-m", "pip", "uninstall", "--yes", "--quiet", "attention-course-helpers"],
              capture_output=True)
@@ -112,6 +115,16 @@ def _make_environment(venv: Path) -> Path:
                              "torch.optim.Adam([torch.zeros(1, requires_grad=True)])"])
     _run([str(python), "-m", "ipykernel", "install", "--sys-prefix", "--name", KERNEL,
           "--display-name", "Python 3 (Colab-like stack)"], capture_output=True)
+    # The unit tests' own tools (step 6), at versions that change none of the stack's packages; installed now, so
+    # that `make test` does it while it sets up (scripts/colab_stack.py --prepare), not at the end.
+    pins = [f"{name}=={version}" for name, version in installed_versions(python).items()]
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
+        constraints.write("\n".join(pins) + "\n")
+    try:
+        _run([str(python), "-m", "pip", "install", "--quiet", *compile_option, "--constraint", constraints.name,
+              *TEST_TOOLS], capture_output=True)
+    finally:
+        os.remove(constraints.name)
     stamp.write_text(wanted)
     return python
 
@@ -194,15 +207,6 @@ def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
 
 
 def unit_tests(python: Path) -> int:
-    pins = [f"{name}=={version}" for name, version in installed_versions(python).items()
-            if name != "attention-course-helpers"]
-    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as constraints:
-        constraints.write("\n".join(pins) + "\n")
-    try:
-        _run([str(python), "-m", "pip", "install", "--quiet", "--constraint", constraints.name, "pytest", "pytest-xdist",
-              "pyyaml"], capture_output=True)
-    finally:
-        os.remove(constraints.name)
     modules = version_sensitive_tests()
     print(f"[colab-stack]   unit tests of {len(modules)} modules, each test once: {', '.join(modules)}", flush=True)
     # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);

@@ -2,7 +2,6 @@
 
 import base64
 import re
-import subprocess
 import sys
 
 import ipywidgets as widgets
@@ -24,16 +23,6 @@ def text_cache(request):
     _text_cache.use_text_cache(request.param == "text-cache")
     yield request.param
     _text_cache.use_text_cache(None)
-
-
-def test_importing_helpers_has_no_side_effects():
-    code = (
-        "import sys, torch; before = torch.initial_seed(); import helpers; "
-        "assert 'matplotlib' not in sys.modules and 'ipywidgets' not in sys.modules, 'heavy import'; "
-        "assert torch.initial_seed() == before, 'seeded on import'; print('clean')"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "clean"
 
 
 def test_heatmap_labels_title_and_values():
@@ -416,18 +405,6 @@ def test_text_cache_probe_rejects_different_pixels(monkeypatch):
                         lambda cls: [p + (cls is _text_cache.CachingCanvasAgg) for p in real(cls)])
     assert _text_cache._detect() == (False, "off: the probe picture's pixels differ from plain Agg here "
                                             "(pictures drawn by plain Agg)")
-
-
-def test_environment_variable_forces_plain_agg(monkeypatch):
-    from helpers import _text_cache
-
-    _text_cache.use_text_cache(None)
-    monkeypatch.setenv("HELPERS_TEXT_CACHE", "off")
-    assert _text_cache.text_cache_status() == (False, "off: HELPERS_TEXT_CACHE=off")
-    code = ("import matplotlib; matplotlib.use('agg'); from helpers.widgets import LiveFigure; "
-            "from helpers import _text_cache; print(_text_cache.text_cache_status()[0])")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"
 
 
 def test_notebook_display_carries_the_live_widget_and_a_static_picture(monkeypatch):
