@@ -308,9 +308,10 @@ class LiveFigure(widgets.VBox):
         self.transport = choose_transport(transport)
         self.fig, self.redraw, self.controls, self.dpi = fig, redraw, dict(controls), dpi
         self.renderer = InPlaceRenderer(fig, dpi=dpi)
-        # Shown at the size it is rendered, never stretched to the width of the notebook.
+        # Shown at the size it is rendered, never stretched to the width of the notebook; narrowed to fit a narrower
+        # output area (the Image widget's own style does that; the text transport's HTML widget needs max_width).
         self._width_px = round(fig.get_figwidth() * dpi)
-        layout = widgets.Layout(width=f"{self._width_px}px", height="auto")
+        layout = widgets.Layout(width=f"{self._width_px}px", max_width="100%", height="auto")
         if self.transport == "image":
             self.image = widgets.Image(format="png", layout=layout)
         else:

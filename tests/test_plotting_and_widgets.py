@@ -107,6 +107,8 @@ def test_text_transport_sends_the_same_picture_in_json_text_only():
     assert (image.transport, text.transport) == ("image", "text")
     assert isinstance(text.image, widgets.HTML) and "course-live-picture" in text.image._dom_classes
     assert isinstance(image.image, widgets.Image) and "course-live-picture" in image.image._dom_classes
+    for live in (image, text):  # its rendered size, narrowed (never clipped) where the output area is narrower
+        assert (live.image.layout.width, live.image.layout.max_width) == (f"{live._width_px}px", "100%")
     assert _picture_in(text.image.value) == text.png == text.initial_png == image.png
     for live in (image, text):
         live.controls["scale"].value = 4

@@ -6,8 +6,10 @@ and every slider / toggle-button group in it, the picture must change (new PNG b
 within 5 s of the key press or click. The latency is printed, and for sliders also collected into
 ``latency.json`` (see conftest.py). Screenshots before/after go to E2E_SCREENSHOT_DIR. Part of
 ``make test``; ``make e2e`` runs these alone. Every notebook is checked with the default transport (PNG bytes in a
-binary buffer); one notebook (conftest.transport_notebook) again, in a second JupyterLab whose kernels send
-pictures as text only (ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets).
+binary buffer); one notebook (conftest.transport_notebook) again, as a copy that opens with a second kernel, whose
+environment asks for pictures as text only (ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets).
+
+The tests of one worker share one JupyterLab tab (conftest.LabApp): each opens its notebook in it and closes it.
 """
 
 from __future__ import annotations
@@ -77,8 +79,10 @@ IMAGE_DIGEST = """async (el) => {
   const digest = await crypto.subtle.digest('SHA-256', bytes);
   const hex = Array.from(new Uint8Array(digest), b => b.toString(16).padStart(2, '0')).join('');
   const box = img.getBoundingClientRect();
+  const area = img.closest('.jp-OutputArea-output');
   return {sha256: hex, bytes: bytes.byteLength, width: img.naturalWidth, height: img.naturalHeight,
           shownWidth: Math.round(box.width), shownHeight: Math.round(box.height),
+          areaWidth: area ? Math.round(area.getBoundingClientRect().width) : null,
           scheme: img.src.split(':', 1)[0]};
 }""" % PICTURE_IMG
 
@@ -298,16 +302,17 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_app, screenshot_d
     _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, "image")
 
 
-def test_live_figures_respond_with_the_text_transport(lab_app_text, screenshot_dir, latency_log):
-    """The same checks with pictures sent as text only (what Colab gets): every live picture of one notebook."""
-    from .conftest import transport_notebook
+def test_live_figures_respond_with_the_text_transport(lab_app, screenshot_dir, latency_log):
+    """The same checks with pictures sent as text only (what Colab gets): every live picture of one notebook, a copy
+    that opens with a kernel whose environment asks for that transport (conftest.TEXT_KERNEL)."""
+    from .conftest import text_transport_copy, transport_notebook
 
-    _check_every_live_figure(transport_notebook(), lab_app_text, screenshot_dir, latency_log, "text")
+    copy = text_transport_copy(lab_app.server, transport_notebook())
+    _check_every_live_figure(copy, lab_app, screenshot_dir, latency_log, "text")
 
 
 def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, transport):
-    name = live_notebook.name
-    stem = live_notebook.stem if transport == "image" else f"{live_notebook.stem}-{transport}"
+    name, stem = live_notebook.name, live_notebook.stem
     lab_server = lab_app.server
     copy = lab_server.root / name
     page, loaded = lab_app.start()
@@ -390,6 +395,9 @@ def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log
                     problems.append(f"{where}: {action} did not change the control's value ({value_before!r})")
                 if after["sha256"] == before["sha256"]:
                     problems.append(f"{where}: the image was replaced by identical PNG bytes after {action}")
+                if after["areaWidth"] is not None and after["shownWidth"] > after["areaWidth"]:
+                    problems.append(f"{where}: the picture is {after['shownWidth']} px wide in an output area of "
+                                    f"{after['areaWidth']} px: cut off at the right")
                 if shown_ms >= PICTURE_TIMEOUT_MS:
                     problems.append(f"{where}: picture took {shown_ms:.0f} ms (>= {PICTURE_TIMEOUT_MS} ms)")
 
