@@ -15,7 +15,8 @@ Steps (each prints one line with its time):
  4. Every notebook executed top to bottom on that environment's kernel (nbclient): no error, and every
     live figure's output carries its static PNG. Outputs are not compared: other versions print differently.
  5. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
-    Run All on a notebook with a live picture, move a slider, the picture changes.
+    Run All on a notebook with a live picture, move a slider, the picture changes. It runs next to step 6 (it
+    mostly waits on the browser and the kernel); its output is printed when it ends.
  6. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
     working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
     course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
@@ -206,30 +207,32 @@ def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
             if path.name not in REPOSITORY_CHECKS and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
 
 
-def unit_tests(python: Path) -> int:
+def unit_tests(python: Path, workers: int = 2) -> int:
     modules = version_sensitive_tests()
     print(f"[colab-stack]   unit tests of {len(modules)} modules, each test once: {', '.join(modules)}", flush=True)
     # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);
     # importlib mode keeps the tests' folder off sys.path too: `helpers` is the installed wheel. PYTHONPATH holds
     # scripts/ only, for the plugin.
     command = [str(python.with_name("pytest")), *[f"tests/{name}" for name in modules], "--import-mode=importlib",
-               "-o", "addopts=", "-n", "2", "-p", "no:cacheprovider", "-p", "first_case_only", "-q",
+               "-o", "addopts=", "-n", str(workers), "-p", "no:cacheprovider", "-p", "first_case_only", "-q",
                "-W", "ignore::DeprecationWarning"]
     return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1",
                                                   "PYTHONPATH": str(ROOT / "scripts")}).returncode
 
 
-def browser_test(venv: Path) -> int:
-    status = subprocess.run(["sh", str(ROOT / "tests" / "e2e" / "chromium.sh")]).returncode
-    if status == 3:
-        return 0  # chromium.sh said why it is skipped
-    if status != 0:
-        return status
+def browser_test(venv: Path) -> tuple[int, str]:
+    """Run the classic Notebook browser test; its exit status and what it printed (printed by the caller)."""
+    chromium = subprocess.run(["sh", str(ROOT / "tests" / "e2e" / "chromium.sh")], capture_output=True, text=True)
+    if chromium.returncode == 3:
+        return 0, chromium.stdout + chromium.stderr  # chromium.sh said why it is skipped
+    if chromium.returncode != 0:
+        return chromium.returncode, chromium.stdout + chromium.stderr
     command = [sys.executable, "-m", "pytest", "tests/e2e/test_classic_notebook.py", "-p", "no:nbval", "-n", "0",
                "-o", "addopts=", "-m", "e2e", "-q", "-rs"]
     env = {**os.environ, "E2E_CLASSIC_VENV": str(venv),
            "E2E_SCREENSHOT_DIR": os.environ.get("E2E_SCREENSHOT_DIR", str(ROOT / "build" / "e2e"))}
-    return subprocess.run(command, cwd=ROOT, env=env).returncode
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
 
 
 def main() -> None:
@@ -256,13 +259,18 @@ def main() -> None:
     if problems:
         sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
     _step("every notebook ran without an error; every live figure stored its static picture", started)
-    # The browser test before the unit tests: under make test the browser tests in JupyterLab run at the same time,
-    # and the unit tests (two workers) are what keeps both cores busy once those are done.
-    if not args.no_browser:
-        if browser_test(venv):
-            sys.exit("[colab-stack] classic Notebook browser test failed")
-        _step("classic Notebook 6.5 + ipywidgets 7 in Chromium: done", started)
-    if unit_tests(python):
+    # The browser test and the unit tests side by side: the browser test mostly waits (on Chromium, the server, the
+    # kernel), so the unit tests take one worker then, two without it. Its output is printed when it is done.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        browser = None if args.no_browser else pool.submit(browser_test, venv)
+        unit_status = unit_tests(python, workers=2 if browser is None else 0)
+        if browser is not None:
+            browser_status, printed = browser.result()
+            print(printed, end="", flush=True)
+            if browser_status:
+                sys.exit("[colab-stack] classic Notebook browser test failed")
+            _step("classic Notebook 6.5 + ipywidgets 7 in Chromium: done", started)
+    if unit_status:
         sys.exit("[colab-stack] unit tests failed")
     _step("unit tests passed", started)
 
