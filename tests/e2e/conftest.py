@@ -445,6 +445,14 @@ def lab_browser(e2e_tmp):
             context.close()
 
 
+def report_console_errors(errors: list[str]) -> None:
+    """Print the browser console's errors of a test (the first ten)."""
+    if errors:
+        print(f"[e2e]   browser console errors ({len(errors)}):")
+        for text in errors[:10]:
+            print(f"[e2e]     {text[:300]}")
+
+
 class LabApp:
     """One browser tab with a server's JupyterLab, reused by the tests one after another (on one worker).
 
@@ -482,10 +490,7 @@ class LabApp:
     def finish(self, name: str, clean: bool) -> None:
         """Report the console's errors; close the notebook ``name`` (or the whole tab unless ``clean``); shut
         its kernel down."""
-        if self.console_errors:
-            print(f"[e2e]   browser console errors ({len(self.console_errors)}):")
-            for text in self.console_errors[:10]:
-                print(f"[e2e]     {text[:300]}")
+        report_console_errors(self.console_errors)
         page = self.page
         if clean and page is not None and not page.is_closed():
             try:

@@ -171,10 +171,9 @@ def _problems_in_outputs(panel, allowed_to_raise: set[int]) -> list[str]:
 
 def _close_page(page, lab_server, console_errors: list[str]) -> None:
     """Report the browser console's errors, close the tab and stop its kernels."""
-    if console_errors:
-        print(f"[e2e]   browser console errors ({len(console_errors)}):")
-        for text in console_errors[:10]:
-            print(f"[e2e]     {text[:300]}")
+    from .conftest import report_console_errors
+
+    report_console_errors(console_errors)
     page.close()
     lab_server.shutdown_kernels()
 

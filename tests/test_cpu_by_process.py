@@ -1,0 +1,34 @@
+"""scripts/cpu_by_process.py: the CPU time of a command's processes, by kind."""
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import cpu_by_process  # noqa: E402
+
+
+@pytest.mark.parametrize("command, group", [
+    ("/r/build/colab-stack/bin/python -m ipykernel_launcher -f /k.json", "kernel, Colab-like stack"),
+    ("/r/.venv/bin/python -m ipykernel_launcher -f /k.json", "kernel"),
+    ("/usr/lib/chromium/chromium --type=renderer --lang=en", "Chromium"),
+    ("/r/.venv/bin/python /r/.venv/bin/jupyter-lab --no-browser", "JupyterLab server"),
+    ("/r/.venv/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))", "pytest worker"),
+    ("/r/build/colab-stack/bin/python -u -c import sys;exec(eval(sys.stdin.readline()))",
+     "pytest worker, Colab-like stack"),
+    ("/usr/bin/git status", "other: git"),
+])
+def test_processes_are_grouped_by_their_command_line(command, group):
+    assert cpu_by_process.group_of(command) == group
+
+
+def test_a_busy_child_is_counted_and_its_exit_status_returned(capsys, tmp_path):
+    spin = "import time\nend = time.process_time() + 2.5\nwhile time.process_time() < end: pass\nraise SystemExit(3)"
+    report = tmp_path / "cpu.json"
+    assert cpu_by_process.main(["--json", str(report), "--", sys.executable, "-c", spin]) == 3
+    out = capsys.readouterr().out
+    assert "exit 3" in out and "cores busy per 30 s" in out
+    import json
+    spun = [p for p in json.loads(report.read_text())["processes"] if "process_time" in p["command"]]
+    assert len(spun) == 1 and 1.5 <= spun[0]["cpu_s"] <= 3.0, spun
