@@ -11,9 +11,13 @@ Steps (each prints one line with its time):
  2. The course's wheel, built from the working tree.
  3. The notebooks' own set-up block (scripts/colab_setup.py), run in that environment with
     ATTENTION_COURSE_SOURCE pointing at the wheel: exactly the code a learner's first cell runs on Colab.
-    Every package installed before must have the same version after (the block may only add).
+    Every package installed before must have the same version after (the block may only add), and every module
+    of the installed package must import. (tests/test_colab_setup.py checks the same on the pinned versions; under
+    ``make test``, which runs this step, that test is skipped.)
  4. Every notebook executed top to bottom on that environment's kernel (nbclient): no error, and every
     live figure's output carries its static PNG. Outputs are not compared: other versions print differently.
+    Then, in the same kernel, every control of every live figure is moved one step and must change the picture
+    (scripts/move_controls.py): what a learner does with the sliders, on ipywidgets 7 and that matplotlib.
  5. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
     Run All on a notebook with a live picture, move a slider, the picture changes. It runs next to step 6 (it
     mostly waits on the browser and the kernel); its output is printed when it ends.
@@ -21,12 +25,15 @@ Steps (each prints one line with its time):
     working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
     course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
     parameter set (scripts/first_case_only.py). torch is the same build as the pinned suite's, which runs every case
-    of every test; the checks of the repository's files (REPOSITORY_CHECKS) run only there.
+    of every test; the checks of the repository's files (REPOSITORY_CHECKS) run only there, and so do the tests of
+    each lesson's live pictures (test_live_lessonNN.py): here step 4 draws every one of them and moves every
+    control.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
 import fcntl
 import json
@@ -57,6 +64,10 @@ TEST_TOOLS = ["pytest", "pytest-xdist", "pyyaml"]
 REPOSITORY_CHECKS = ["e2e", "test_project.py", "test_colab_setup.py", "test_notation.py", "test_run_twice.py",
                      "test_grade.py", "test_student.py", "test_withheld.py", "test_learner_setup.py",
                      "test_colab_stack.py"]
+# Each lesson's live pictures (what they show, checked on the pinned stack): on this stack step 4 draws every one
+# and moves every control of each, in the notebooks themselves.
+LESSON_PICTURE_TESTS = re.compile(r"test_live_lesson\d+\.py$")
+MOVE_CONTROLS = Path(__file__).resolve().with_name("move_controls.py")
 TIMEOUT_PER_CELL_S = 300
 
 
@@ -156,6 +167,15 @@ def install_like_colab(python: Path, wheel: Path) -> list[str]:
         name, _, version = requirement.partition("==")
         if before.get(name) is None or not before[name].startswith(version):
             sys.exit(f"{name}: expected {version} in the Colab-like stack, found {before.get(name)}")
+    # Every module of the installed package imports there, from the installed wheel.
+    check = ("import importlib, pkgutil, sysconfig, helpers; "
+             "[importlib.import_module(m.name) for m in pkgutil.walk_packages(helpers.__path__, 'helpers.')]; "
+             "assert helpers.__file__.startswith(sysconfig.get_paths()['purelib']), helpers.__file__")
+    with tempfile.TemporaryDirectory() as elsewhere:
+        imported = subprocess.run([str(python), "-c", check], cwd=elsewhere, capture_output=True, text=True,
+                                  env={**os.environ, "MPLBACKEND": "agg"})
+    if imported.returncode != 0:
+        sys.exit(f"the installed package does not import on the Colab-like stack:\n{imported.stderr}")
     return sorted(set(after) - set(before))
 
 
@@ -170,24 +190,31 @@ def execute_notebooks(venv: Path, out: Path) -> list[str]:
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(ROOT / "notebooks", out, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
 
+    # Its summary comes back as the cell's value (a print could also reach this process's output, through the
+    # kernel's inherited stdout).
+    move_controls = nbformat.v4.new_code_cell(MOVE_CONTROLS.read_text(encoding="utf-8") + "\nmove_every_control()")
+
     def run(path: Path) -> list[str]:
         nb = nbformat.read(path, as_version=4)
+        nb.cells.append(move_controls)
         client = NotebookClient(nb, kernel_name=KERNEL, timeout=TIMEOUT_PER_CELL_S, resources={
             "metadata": {"path": str(out)}})
         started = time.monotonic()
         try:
             client.execute()
         except CellExecutionError as error:
-            return [f"{path.name}: {str(error).strip().splitlines()[-1]}"]
+            return [f"{path.name}: {error.ename}: {error.evalue}"]
         finally:
             nbformat.write(nb, path)
+        moved = "".join(ast.literal_eval(o["data"]["text/plain"]) for o in nb.cells[-1].get("outputs", [])
+                        if o.get("output_type") == "execute_result")
         problems = []
         for cell in nb.cells:
             for output in cell.get("outputs", []):
                 data = output.get("data", {})
                 if "LiveFigure(" in data.get("text/plain", "") and not data.get("image/png"):
                     problems.append(f"{path.name}: a live figure stored no static picture")
-        print(f"[colab-stack]   {path.name}: ran in {time.monotonic() - started:.0f} s", flush=True)
+        print(f"[colab-stack]   {path.name}: ran in {time.monotonic() - started:.0f} s; {moved.strip()}", flush=True)
         return problems
 
     with ThreadPoolExecutor(max_workers=2) as pool:
@@ -204,7 +231,8 @@ VERSION_SENSITIVE = re.compile(r"^\s*(import|from)\s+(matplotlib|ipywidgets|IPyt
 def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
     """The unit-test modules the Colab-like stack runs (see the module docstring, step 6)."""
     return [path.name for path in sorted(tests.glob("test_*.py"))
-            if path.name not in REPOSITORY_CHECKS and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
+            if path.name not in REPOSITORY_CHECKS and not LESSON_PICTURE_TESTS.match(path.name)
+            and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
 
 
 def unit_tests(python: Path) -> int:
@@ -258,7 +286,8 @@ def main() -> None:
     problems = execute_notebooks(venv, venv.parent / "colab-stack-notebooks")
     if problems:
         sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
-    _step("every notebook ran without an error; every live figure stored its static picture", started)
+    _step("every notebook ran without an error; every live figure stored its static picture, and moving each of "
+          "its controls changed the picture", started)
     # The browser test and the unit tests side by side: the browser test mostly waits (on Chromium, the server, the
     # kernel). Its output is printed when it is done. Two unit-test workers all the same: measured, with one the unit
     # tests outlasted everything else in make test by about a minute, on one core.

@@ -1,7 +1,7 @@
 """Fixtures of the browser check: a JupyterLab server on a copy of the notebooks, and headless Chromium.
 
 Test parameters: ``live_notebook`` (each notebook that builds a LiveFigure) and ``slider_notebook``
-(those whose code also builds a slider).
+(those whose code also builds a slider, under E2E_BURST=all; else none: see ``burst_in_lab_check``).
 
 These tests only run when asked for with ``-m e2e``: ``make test`` runs them after the unit tests and
 nbval (``make e2e`` runs them alone). Under a plain ``pytest`` run they are collected but skipped at
@@ -125,17 +125,28 @@ def live_figure_notebooks(directory: Path = NOTEBOOK_DIR, *, with_slider: bool =
     return found
 
 
-def _burst_notebooks() -> list[Path]:
-    """The burst test's notebooks: all with a slider if E2E_BURST=all (make e2e), else the first one
-    (make test: the burst behaviour belongs to LiveFigure and ipywidgets, not to one notebook)."""
+def burst_in_lab_check() -> str | None:
+    """The notebook whose JupyterLab check (test_notebooks_in_lab.py) also runs the slider burst: without
+    E2E_BURST=all (make test) the first notebook with a slider (the burst behaviour belongs to LiveFigure and
+    ipywidgets, not to one notebook; one Run All less); with it (make e2e), none: the burst test takes each."""
+    if os.environ.get("E2E_BURST", "").lower() == "all":
+        return None
     found = live_figure_notebooks(with_slider=True)
-    return found if os.environ.get("E2E_BURST", "").lower() == "all" else found[:1]
+    return found[0].name if found else None
+
+
+def _burst_notebooks() -> list[Path]:
+    """The burst test's own notebooks: all with a slider if E2E_BURST=all (make e2e), else none (above)."""
+    return live_figure_notebooks(with_slider=True) if burst_in_lab_check() is None else []
 
 
 # fixture name -> (which notebooks, what the skip says when there are none)
 _NOTEBOOK_PARAMETERS = {
-    "live_notebook": (lambda: sorted(NOTEBOOK_DIR.glob("*.ipynb")), "no notebook"),
-    "slider_notebook": (lambda: _burst_notebooks(), "no notebook with a LiveFigure and a slider"),
+    "live_notebook": (lambda: sorted(NOTEBOOK_DIR.glob("*.ipynb")), lambda: f"no notebook in {NOTEBOOK_DIR}"),
+    "slider_notebook": (lambda: _burst_notebooks(),
+                        lambda: f"no notebook with a LiveFigure and a slider in {NOTEBOOK_DIR}"
+                        if burst_in_lab_check() is None else
+                        f"without E2E_BURST=all, the JupyterLab check of {burst_in_lab_check()} runs the burst"),
 }
 
 
@@ -147,7 +158,7 @@ def pytest_generate_tests(metafunc):
                 metafunc.parametrize(fixture, notebooks, ids=[p.name for p in notebooks])
             else:
                 metafunc.parametrize(fixture, [pytest.param(None, marks=pytest.mark.skip(
-                    reason=f"{what} in {NOTEBOOK_DIR}"))], ids=[f"no-{fixture.replace('_', '-')}"])
+                    reason=what()))], ids=[f"no-{fixture.replace('_', '-')}"])
 
 
 def _missing_requirement() -> str | None:

@@ -4,7 +4,9 @@ Each notebook must run without a traceback or "Error displaying widget", show at
 with a slider, and for every LiveFigure (a ``.widget-vbox`` holding controls and a ``.course-live-picture``)
 and every slider / toggle-button group in it, the picture must change (new PNG bytes behind the image)
 within 5 s of the key press or click. The latency is printed, and for sliders also collected into
-``latency.json`` (see conftest.py). Screenshots before/after go to E2E_SCREENSHOT_DIR. Part of
+``latency.json`` (see conftest.py). Without E2E_BURST=all (``make test``), the first notebook with a slider is also
+given the slider burst of test_slider_burst.py, after its controls are moved. Screenshots before/after go to
+E2E_SCREENSHOT_DIR. Part of
 ``make test``; ``make e2e`` runs these alone. Every notebook is checked with the default transport (PNG bytes in a
 binary buffer); one notebook (conftest.transport_notebook) again, as a copy that opens with a second kernel, whose
 environment asks for pictures as text only (ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets).
@@ -22,6 +24,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
+
+from .conftest import burst_in_lab_check
 
 pytestmark = pytest.mark.e2e
 
@@ -319,6 +323,11 @@ def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log
     problems: list[str] = []
     latencies: list[str] = []
     clean = False
+    frames = None
+    if transport == "image" and name == burst_in_lab_check():  # then the slider burst too (test_slider_burst.py)
+        from .test_slider_burst import _KernelFrames
+
+        frames = _KernelFrames(page)  # before the notebook opens its kernel websocket
     try:
         panel = _open_and_run_all(page, lab_server, name, screenshot_dir, stem, in_loaded_lab=loaded)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
@@ -404,9 +413,15 @@ def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log
         if not sliders_moved:
             problems.append(f"{name}: no slider was moved (none of its LiveFigures has one)")
         page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
+        if frames is not None:
+            from .test_slider_burst import burst_problems
+
+            problems += burst_problems(page, panel, lab_server, name, stem, screenshot_dir, frames)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
         clean = True
     finally:
+        if frames is not None:
+            frames.detach()
         lab_app.finish(name, clean)
     print(f"[e2e]   {name}: {len(latencies)} control(s) changed the picture, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems)

@@ -4,7 +4,8 @@ Every value change of a LiveFigure control runs a Python redraw (100-200 ms). ip
 is meant to throttle: while one update message is being handled by the kernel, later changes are
 merged into a single buffered message, sent when the kernel reports idle for the previous one. This
 test measures that in JupyterLab, for the first slider of the first LiveFigure (with a slider) of each
-notebook whose LiveFigures have one:
+notebook whose LiveFigures have one (``make e2e``; ``make test`` measures it in the first such notebook only, as
+part of that notebook's check in test_notebooks_in_lab.py, which has run it already):
 
 * keyboard burst: ArrowRight pressed N times with no wait in between (bouncing back with ArrowLeft
   at the slider's maximum, so that every press changes the value);
@@ -257,73 +258,84 @@ def test_slider_burst_settles_on_the_final_value(slider_notebook, lab_app, scree
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
         count = _wait_for_live_figures(panel, _stored_live_figure_outputs(copy))
         assert count >= 1, f"{name}: no LiveFigure rendered after Run All"
-        figures = [panel.locator(LIVE_FIGURE).nth(f) for f in range(count)]
-        with_slider = [(f, figure) for f, figure in enumerate(figures) if figure.locator(".widget-hslider").count()]
-        assert with_slider, f"{name}: its code builds a slider, but none of its {count} LiveFigure(s) shows one"
-        f, figure = with_slider[0]
-        control = figure.locator(".widget-hslider").first
-        label = control.locator(".widget-label").first.inner_text().strip()
-        where = f"{name} figure #{f} slider {label!r}"
-        image = figure.locator(":scope > img.course-live-picture")
-        readout = control.locator(".widget-readout").first
-        handle = control.locator(".noUi-handle").first
-        track = control.locator(".noUi-target").first
-        figure.scroll_into_view_if_needed()
-        _wait_quiet(page, image)
-
-        # Keyboard burst.
-        geometry = track.evaluate(SLIDER_GEOMETRY)
-        keys = _key_plan(geometry, PRESSES)
-        start_value = _readout(control, "slider")
-        handle.focus()
-
-        def burst():
-            for key in keys:
-                page.keyboard.press(key)
-
-        report = _watch(page, image, readout, burst, frames)
-        final_value = _readout(control, "slider")
-        line = _describe(f"{PRESSES} key presses ({keys.count('ArrowRight')} right, {keys.count('ArrowLeft')} left),"
-                         f" value {start_value!r} -> {final_value!r}", report, report["values"])
-        print(f"[e2e]   {where}\n[e2e]     {line}")
-        figure.screenshot(path=str(screenshot_dir / f"{stem}-burst-keys.png"))
-        if report["values"] != PRESSES:
-            problems.append(f"{where}: {PRESSES} presses changed the readout {report['values']} times")
-        _check_report(where, "key burst", report, PRESSES, problems)
-        state = _kernel_state(lab_server, name)
-        if state != "idle":
-            problems.append(f"{where}: after the key burst the server reports the kernel {state!r}")
-        if report["settled"]:
-            _step_away_and_back(page, handle, image, readout, f"{where} (keys)", problems)
-
-        # Mouse drag across the track.
-        _wait_quiet(page, image)
-        start_value = _readout(control, "slider")
-        box, bar = handle.bounding_box(), track.bounding_box()
-        x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-        to_x = bar["x"] + bar["width"] * (0.85 if x < bar["x"] + bar["width"] / 2 else 0.15)
-
-        def drag():
-            page.mouse.move(x, y)
-            page.mouse.down()
-            page.mouse.move(to_x, y, steps=DRAG_MOVES)
-            page.mouse.up()
-
-        report = _watch(page, image, readout, drag, frames)
-        final_value = _readout(control, "slider")
-        changes = report["values"]
-        line = _describe(f"drag ({DRAG_MOVES} moves over {abs(to_x - x):.0f} px), value {start_value!r} -> "
-                         f"{final_value!r}", report, changes)
-        print(f"[e2e]     {line}")
-        figure.screenshot(path=str(screenshot_dir / f"{stem}-burst-drag.png"))
-        if changes < 2:
-            problems.append(f"{where}: the drag changed the value {changes} time(s)")
-        _check_report(where, "drag", report, changes, problems)
-        if report["settled"]:
-            _step_away_and_back(page, handle, image, readout, f"{where} (drag)", problems)
+        problems += burst_problems(page, panel, lab_server, name, stem, screenshot_dir, frames)
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
         clean = True
     finally:
         frames.detach()
         lab_app.finish(name, clean)
     assert not problems, "\n".join(problems)
+
+
+def burst_problems(page, panel, lab_server, name: str, stem: str, screenshot_dir, frames: _KernelFrames) -> list[str]:
+    """The keyboard burst and the mouse drag on the first slider of the first LiveFigure that has one, in the
+    notebook open in ``panel`` (Run All done); what went wrong. ``frames`` was attached before the notebook opened.
+    Under ``make test`` the JupyterLab check of the first notebook with a slider calls this, after moving each
+    control (test_notebooks_in_lab.py); under ``make e2e`` the test above, for every notebook with a slider."""
+    problems: list[str] = []
+    count = panel.locator(LIVE_FIGURE).count()
+    figures = [panel.locator(LIVE_FIGURE).nth(f) for f in range(count)]
+    with_slider = [(f, figure) for f, figure in enumerate(figures) if figure.locator(".widget-hslider").count()]
+    assert with_slider, f"{name}: its code builds a slider, but none of its {count} LiveFigure(s) shows one"
+    f, figure = with_slider[0]
+    control = figure.locator(".widget-hslider").first
+    label = control.locator(".widget-label").first.inner_text().strip()
+    where = f"{name} figure #{f} slider {label!r}"
+    image = figure.locator(":scope > img.course-live-picture")
+    readout = control.locator(".widget-readout").first
+    handle = control.locator(".noUi-handle").first
+    track = control.locator(".noUi-target").first
+    figure.scroll_into_view_if_needed()
+    _wait_quiet(page, image)
+
+    # Keyboard burst.
+    geometry = track.evaluate(SLIDER_GEOMETRY)
+    keys = _key_plan(geometry, PRESSES)
+    start_value = _readout(control, "slider")
+    handle.focus()
+
+    def burst():
+        for key in keys:
+            page.keyboard.press(key)
+
+    report = _watch(page, image, readout, burst, frames)
+    final_value = _readout(control, "slider")
+    line = _describe(f"{PRESSES} key presses ({keys.count('ArrowRight')} right, {keys.count('ArrowLeft')} left),"
+                     f" value {start_value!r} -> {final_value!r}", report, report["values"])
+    print(f"[e2e]   burst: {where}\n[e2e]     {line}")
+    figure.screenshot(path=str(screenshot_dir / f"{stem}-burst-keys.png"))
+    if report["values"] != PRESSES:
+        problems.append(f"{where}: {PRESSES} presses changed the readout {report['values']} times")
+    _check_report(where, "key burst", report, PRESSES, problems)
+    state = _kernel_state(lab_server, name)
+    if state != "idle":
+        problems.append(f"{where}: after the key burst the server reports the kernel {state!r}")
+    if report["settled"]:
+        _step_away_and_back(page, handle, image, readout, f"{where} (keys)", problems)
+
+    # Mouse drag across the track.
+    _wait_quiet(page, image)
+    start_value = _readout(control, "slider")
+    box, bar = handle.bounding_box(), track.bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    to_x = bar["x"] + bar["width"] * (0.85 if x < bar["x"] + bar["width"] / 2 else 0.15)
+
+    def drag():
+        page.mouse.move(x, y)
+        page.mouse.down()
+        page.mouse.move(to_x, y, steps=DRAG_MOVES)
+        page.mouse.up()
+
+    report = _watch(page, image, readout, drag, frames)
+    final_value = _readout(control, "slider")
+    changes = report["values"]
+    line = _describe(f"drag ({DRAG_MOVES} moves over {abs(to_x - x):.0f} px), value {start_value!r} -> "
+                     f"{final_value!r}", report, changes)
+    print(f"[e2e]     {line}")
+    figure.screenshot(path=str(screenshot_dir / f"{stem}-burst-drag.png"))
+    if changes < 2:
+        problems.append(f"{where}: the drag changed the value {changes} time(s)")
+    _check_report(where, "drag", report, changes, problems)
+    if report["settled"]:
+        _step_away_and_back(page, handle, image, readout, f"{where} (drag)", problems)
+    return problems
