@@ -19,8 +19,8 @@ Steps (each prints one line with its time):
     Then, in the same kernel, every control of every live figure is moved one step and must change the picture
     (scripts/move_controls.py): what a learner does with the sliders, on ipywidgets 7 and that matplotlib.
  5. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
-    Run All on a notebook with a live picture, move a slider, the picture changes. It runs next to step 6 (it
-    mostly waits on the browser and the kernel); its output is printed when it ends.
+    Run All on a notebook with a live picture, move a slider, the picture changes. It runs next to steps 4 and 6
+    (it mostly waits on the browser and the kernel); its output is printed when it ends.
  6. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
     working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
     course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
@@ -283,16 +283,18 @@ def main() -> None:
     added = install_like_colab(python, wheel)
     _step(f"the notebooks' set-up block installed {wheel.name} and added {added}; "
           "no installed package changed", started)
-    problems = execute_notebooks(venv, venv.parent / "colab-stack-notebooks")
-    if problems:
-        sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
-    _step("every notebook ran without an error; every live figure stored its static picture, and moving each of "
-          "its controls changed the picture", started)
-    # The browser test and the unit tests side by side: the browser test mostly waits (on Chromium, the server, the
-    # kernel). Its output is printed when it is done. Two unit-test workers all the same: measured, with one the unit
-    # tests outlasted everything else in make test by about a minute, on one core.
+    # The browser test from here on, next to steps 4 and 6: it mostly waits (on Chromium, the server, the kernel).
+    # Started after step 4 instead, it was the last half minute of make test, with a core idle (measured). Its output
+    # is printed when it is done.
     with ThreadPoolExecutor(max_workers=1) as pool:
         browser = None if args.no_browser else pool.submit(browser_test, venv)
+        problems = execute_notebooks(venv, venv.parent / "colab-stack-notebooks")
+        if problems:
+            if browser is not None:
+                print(browser.result()[1], end="", flush=True)
+            sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
+        _step("every notebook ran without an error; every live figure stored its static picture, and moving each "
+              "of its controls changed the picture", started)
         unit_status = unit_tests(python)
         if browser is not None:
             browser_status, printed = browser.result()

@@ -344,7 +344,6 @@ def _start_lab(e2e_tmp, name: str, extra_env: dict[str, str]):
                      "JUPYTER_CONFIG_DIR"):
         (base / variable.lower()).mkdir()
         env[variable] = str(base / variable.lower())
-    env["JUPYTER_PATH"] = os.pathsep.join(filter(None, [str(_text_kernelspec(base)), env.get("JUPYTER_PATH")]))
     for relative, settings in LAB_SETTINGS.items():
         target = base / "jupyterlab_settings_dir" / relative
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -356,47 +355,20 @@ def _start_lab(e2e_tmp, name: str, extra_env: dict[str, str]):
     command = [str(_jupyter_executable()), "lab", "--no-browser", "--allow-root",
                f"--config={REPO / 'scripts' / 'jupyter_server_config.py'}",  # as make lab
                "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}"]
+               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}",
+               "--LabApp.expose_app_in_browser=True"]  # window.jupyterapp, for the text-transport check
     with serve_jupyter(command, root, env, log, url, token) as (process, up_in):
         print(f"\n[e2e] jupyter lab pid {process.pid} at {url} on {root} {extra_env or ''} "
               f"(up in {up_in:.1f} s, log {log})")
         yield LabServer(url=url, token=token, root=root, log=log, pid=process.pid)
 
 
-# A second kernel for the same JupyterLab: the course's Python, sending live pictures as text only (a data URL in an
-# HTML widget), as in Colab. A notebook whose metadata names it opens with it (text_transport_copy).
-TEXT_KERNEL = "python3-text-pictures"
-
-
-def _text_kernelspec(base: Path) -> Path:
-    """A folder for JUPYTER_PATH holding the TEXT_KERNEL kernelspec."""
-    folder = base / "jupyter_path"
-    spec = folder / "kernels" / TEXT_KERNEL
-    spec.mkdir(parents=True)
-    python = _jupyter_executable().with_name("python")
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [str(python), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "Python 3 (pictures as text)", "language": "python",
-        "env": {TRANSPORT_VARIABLE: "text"}}, indent=1), encoding="utf-8")
-    return folder
-
-
 @pytest.fixture(scope="session")
 def lab_server(e2e_tmp):
-    """JupyterLab whose kernels deliver live pictures the default way (binary buffers, ``widgets.Image``), except
-    the TEXT_KERNEL's (text only)."""
+    """JupyterLab whose kernels deliver live pictures the default way (binary buffers, ``widgets.Image``) until
+    told otherwise (the text-transport check of test_notebooks_in_lab.py)."""
     with _start_lab(e2e_tmp, "lab", {TRANSPORT_VARIABLE: "image"}) as server:
         yield server
-
-
-def text_transport_copy(lab_server: "LabServer", notebook: Path) -> Path:
-    """A copy of ``notebook`` in the server's folder that opens with the TEXT_KERNEL (``-text`` added to its name)."""
-    copy = lab_server.root / f"{notebook.stem}-text.ipynb"
-    data = json.loads((lab_server.root / notebook.name).read_text(encoding="utf-8"))
-    data["metadata"]["kernelspec"] = {"name": TEXT_KERNEL, "display_name": "Python 3 (pictures as text)",
-                                      "language": "python"}
-    copy.write_text(json.dumps(data, indent=1), encoding="utf-8")
-    return copy
 
 
 def transport_notebook(directory: Path = NOTEBOOK_DIR) -> Path:

@@ -4,9 +4,10 @@ Colab's front end is not JupyterLab: it renders ipywidgets 7, like classic Noteb
 notebook with a live picture in classic Notebook served from the Colab-like environment that
 ``scripts/colab_stack.py`` builds (``make test`` runs it there, with ``E2E_CLASSIC_VENV`` set), runs all
 cells, checks that no cell failed, and moves a control of every live picture (a slider with the keyboard, or a
-toggle button) and checks that the picture changes (a new PNG behind it). It does so twice, with the kernels
-sending pictures as binary buffers (transport "image") and as text only (transport "text", what Colab gets), on
-the same notebook as the JupyterLab text-transport check. Without ``E2E_CLASSIC_VENV`` it is skipped.
+toggle button) and checks that the picture changes (a new PNG behind it). It does so with the kernel sending
+pictures as binary buffers (transport "image"), then, after telling the kernel ATTENTION_COURSE_LIVE_TRANSPORT=text
+and running the cells with live pictures again, as text only (transport "text", what Colab gets): the same notebook
+as the JupyterLab text-transport check. Without ``E2E_CLASSIC_VENV`` it is skipped.
 """
 
 from __future__ import annotations
@@ -49,43 +50,54 @@ IMAGE_DIGEST = """async (el) => {
 CURRENT_SRC = "(el) => { %s const img = current(el); return img ? img.src : null; }" % CURRENT_IMG
 
 
-@pytest.fixture(scope="module", params=["image", "text"])
-def classic_server(e2e_tmp, request):
-    """Classic Notebook from the Colab-like stack; its kernels send live pictures by the transport in the param."""
+@pytest.fixture(scope="module")
+def classic_server(e2e_tmp):
+    """Classic Notebook from the Colab-like stack; its kernels send live pictures as binary buffers until told
+    otherwise."""
     if not VENV:
         pytest.skip("E2E_CLASSIC_VENV is not set: `make test` (scripts/colab_stack.py) sets it to its Colab-like stack")
     jupyter = Path(VENV) / "bin" / "jupyter"
     if not jupyter.exists():
         pytest.fail(f"no jupyter in {VENV}")
-    transport = request.param
-    root = e2e_tmp / f"classic-{transport}"
+    root = e2e_tmp / "classic"
     shutil.copytree(Path(__file__).resolve().parents[2] / "notebooks", root,
                     ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
-    env = {**os.environ, TRANSPORT_VARIABLE: transport}
+    env = {**os.environ, TRANSPORT_VARIABLE: "image"}
     for name in ("JUPYTER_CONFIG_DIR", "JUPYTER_RUNTIME_DIR"):
-        (e2e_tmp / f"classic-{transport}-{name.lower()}").mkdir(exist_ok=True)
-        env[name] = str(e2e_tmp / f"classic-{transport}-{name.lower()}")
+        (e2e_tmp / f"classic-{name.lower()}").mkdir(exist_ok=True)
+        env[name] = str(e2e_tmp / f"classic-{name.lower()}")
     env.pop("JUPYTER_PATH", None)  # the stack's own kernel (python3 of that environment)
     token, port = secrets.token_hex(24), _free_port()
     url = f"http://127.0.0.1:{port}"
-    log = e2e_tmp / f"classic-notebook-{transport}.log"
+    log = e2e_tmp / "classic-notebook.log"
     command = [str(jupyter), "notebook", "--no-browser", "--allow-root", "--ip=127.0.0.1", f"--port={port}",
                "--port-retries=0", f"--NotebookApp.token={token}", f"--notebook-dir={root}"]
     with serve_jupyter(command, root, env, log, url, token, timeout_s=60):
-        yield url, token, root, log, transport
+        yield url, token, root, log
+
+
+# Tell the kernel to send live pictures as text from now on (read when a LiveFigure is built), then run again the
+# cells whose outputs hold a live picture; returns how many.
+RERUN_WITH_TEXT_TRANSPORT = """(variable) => {
+  Jupyter.notebook.kernel.execute(`import os; os.environ[${JSON.stringify(variable)}] = "text"`, {},
+                                  {silent: true, store_history: false});
+  const live = Jupyter.notebook.get_cells().filter(c => c.element[0].querySelector('.course-live-picture'));
+  live.forEach(c => c.execute());
+  return live.length;
+}"""
 
 
 def test_classic_notebook_with_ipywidgets_7_moves_every_picture(classic_server, screenshot_dir):
     from playwright.sync_api import sync_playwright
 
-    url, token, root, log, transport = classic_server
+    url, token, root, log = classic_server
     notebook = transport_notebook(root)
     versions = subprocess.run([str(Path(VENV) / "bin" / "python"), "-c",
                                "import ipywidgets, notebook, matplotlib; print(ipywidgets.__version__, "
                                "notebook.__version__, matplotlib.__version__)"],
                               capture_output=True, text=True, check=True).stdout.split()
     print(f"\n[e2e] classic Notebook {versions[1]}, ipywidgets {versions[0]}, matplotlib {versions[2]}: "
-          f"{notebook.name}, transport {transport}")
+          f"{notebook.name}")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 800})
@@ -99,41 +111,56 @@ def test_classic_notebook_with_ipywidgets_7_moves_every_picture(classic_server, 
             page.locator("#celllink").click()
             page.locator("#run_all_cells > a").click()
             page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=200)
-            page.screenshot(path=str(screenshot_dir / f"classic-{transport}-1-run-all.png"))
-            errors = page.locator(".output_error")
-            assert errors.count() == 0, f"a cell failed: {errors.first.inner_text()[:1500]}"
-            assert "Error displaying widget" not in page.inner_text("body")
+            page.screenshot(path=str(screenshot_dir / "classic-image-1-run-all.png"))
             print(f"[e2e]   Run All finished in {time.monotonic() - started:.1f} s")
+            _move_a_control_of_every_picture(page, "image")
+            page.screenshot(path=str(screenshot_dir / "classic-image-2-pictures-moved.png"))
 
-            figures = page.locator(".widget-vbox:has(> .course-live-picture)")
-            figures.first.wait_for(state="visible", timeout=20_000)
-            count = figures.count()
-            assert count >= 1, "no live picture after Run All"
-            for f in range(count):
-                figure = figures.nth(f)
-                picture = figure.locator(":scope > .course-live-picture")
-                assert picture.evaluate("(el) => el.tagName.toLowerCase()") == (
-                    "img" if transport == "image" else "div"), f"figure #{f} is not drawn by the {transport} transport"
-                figure.scroll_into_view_if_needed()
-                before_src, (before, scheme) = picture.evaluate(CURRENT_SRC), picture.evaluate(IMAGE_DIGEST)
-                assert scheme == ("blob" if transport == "image" else "data"), f"figure #{f}: a {scheme}: URL"
-                handle = figure.locator(".ui-slider-handle, .noUi-handle, [role=slider]")
-                if handle.count():
-                    handle.first.click()
-                    page.keyboard.press("ArrowRight")
-                    moved = "slider"
-                else:
-                    figure.locator(".widget-toggle-buttons button:not(.mod-active)").first.click()
-                    moved = "toggle button"
-                page.wait_for_function(f"([el, src]) => ({CURRENT_SRC})(el) !== src",
-                                       arg=[picture.element_handle(), before_src], timeout=PICTURE_TIMEOUT_MS)
-                page.wait_for_timeout(300)  # let a second update from the click land
-                after, _ = picture.evaluate(IMAGE_DIGEST)
-                assert after != before, f"figure #{f}: the picture's bytes did not change after moving a {moved}"
-                print(f"[e2e]   figure #{f}: {moved} moved, new picture ({transport} transport)")
-            page.screenshot(path=str(screenshot_dir / f"classic-{transport}-2-pictures-moved.png"))
+            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TRANSPORT_VARIABLE)
+            page.wait_for_function(f"() => {{ {CURRENT_IMG} const pictures = Array.from(document.querySelectorAll("
+                                   "'.widget-vbox > .course-live-picture')); return pictures.length > 0 && "
+                                   "pictures.every(el => el.tagName === 'DIV' && current(el) && current(el).src) "
+                                   "&& !Jupyter.notebook.kernel_busy; }", timeout=RUN_ALL_TIMEOUT_MS, polling=200)
+            print(f"[e2e]   kernel told {TRANSPORT_VARIABLE}=text; {rerun} cell(s) with live pictures run again")
+            page.screenshot(path=str(screenshot_dir / "classic-text-1-rerun.png"))
+            _move_a_control_of_every_picture(page, "text")
+            page.screenshot(path=str(screenshot_dir / "classic-text-2-pictures-moved.png"))
         finally:
-            (screenshot_dir / f"classic-{transport}-page.html").write_text(page.content(), encoding="utf-8")
+            (screenshot_dir / "classic-page.html").write_text(page.content(), encoding="utf-8")
             for text in console_errors[:10]:
                 print(f"[e2e]   browser console error: {text[:300]}")
             browser.close()
+
+
+def _move_a_control_of_every_picture(page, transport: str) -> None:
+    """No failed cell, no widget error; then move one control of each live picture: a new picture, by
+    ``transport``."""
+    errors = page.locator(".output_error")
+    assert errors.count() == 0, f"a cell failed: {errors.first.inner_text()[:1500]}"
+    assert "Error displaying widget" not in page.inner_text("body")
+    figures = page.locator(".widget-vbox:has(> .course-live-picture)")
+    figures.first.wait_for(state="visible", timeout=20_000)
+    count = figures.count()
+    assert count >= 1, "no live picture after Run All"
+    for f in range(count):
+        figure = figures.nth(f)
+        picture = figure.locator(":scope > .course-live-picture")
+        assert picture.evaluate("(el) => el.tagName.toLowerCase()") == (
+            "img" if transport == "image" else "div"), f"figure #{f} is not drawn by the {transport} transport"
+        figure.scroll_into_view_if_needed()
+        before_src, (before, scheme) = picture.evaluate(CURRENT_SRC), picture.evaluate(IMAGE_DIGEST)
+        assert scheme == ("blob" if transport == "image" else "data"), f"figure #{f}: a {scheme}: URL"
+        handle = figure.locator(".ui-slider-handle, .noUi-handle, [role=slider]")
+        if handle.count():
+            handle.first.click()
+            page.keyboard.press("ArrowRight")
+            moved = "slider"
+        else:
+            figure.locator(".widget-toggle-buttons button:not(.mod-active)").first.click()
+            moved = "toggle button"
+        page.wait_for_function(f"([el, src]) => ({CURRENT_SRC})(el) !== src",
+                               arg=[picture.element_handle(), before_src], timeout=PICTURE_TIMEOUT_MS)
+        page.wait_for_timeout(300)  # let a second update from the click land
+        after, _ = picture.evaluate(IMAGE_DIGEST)
+        assert after != before, f"figure #{f}: the picture's bytes did not change after moving a {moved}"
+        print(f"[e2e]   figure #{f}: {moved} moved, new picture ({transport} transport)")

@@ -8,8 +8,8 @@ within 5 s of the key press or click. The latency is printed, and for sliders al
 given the slider burst of test_slider_burst.py, after its controls are moved. Screenshots before/after go to
 E2E_SCREENSHOT_DIR. Part of
 ``make test``; ``make e2e`` runs these alone. Every notebook is checked with the default transport (PNG bytes in a
-binary buffer); one notebook (conftest.transport_notebook) again, as a copy that opens with a second kernel, whose
-environment asks for pictures as text only (ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets).
+binary buffer); one notebook (conftest.transport_notebook) then again with pictures as text only
+(ATTENTION_COURSE_LIVE_TRANSPORT=text, what Colab gets): its kernel is told so and its live-picture cells run again.
 
 The tests of one worker share one JupyterLab tab (conftest.LabApp): each opens its notebook in it and closes it.
 """
@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import burst_in_lab_check
+from .conftest import TRANSPORT_VARIABLE, burst_in_lab_check
 
 pytestmark = pytest.mark.e2e
 
@@ -241,16 +241,19 @@ def _open_and_run_all(page, lab_server, name: str, shots: Path, stem: str, in_lo
     return panel
 
 
-def _wait_for_live_figures(panel, expected: int) -> int:
-    """Widget views render just after the kernel is idle: wait until their count is stable."""
+def _wait_for_live_figures(panel, expected: int, transport: str | None = None) -> int:
+    """Widget views render just after the kernel is idle: wait until their count is stable (and, given a
+    ``transport``, every picture is drawn by it)."""
     figures, last, stable_since, deadline = panel.locator(LIVE_FIGURE), -1, time.monotonic(), time.monotonic() + 20
+    tag = {"image": "IMG", "text": "DIV", None: ""}[transport]
     while time.monotonic() < deadline:
         count = figures.count()
         if count != last:
             last, stable_since = count, time.monotonic()
         ready = count >= max(expected, 1) and all(
             figures.nth(i).locator(PICTURE).evaluate(f"(el) => {{ {PICTURE_IMG} const img = current(el); "
-                                                     f"return !!(img && img.src); }}") for i in range(count))
+                                                     f"return !!(img && img.src) && (!{tag!r} || el.tagName === "
+                                                     f"{tag!r}); }}") for i in range(count))
         if ready and time.monotonic() - stable_since > 0.5:
             return count
         time.sleep(0.1)
@@ -302,29 +305,20 @@ def test_lab_server_requires_the_token(lab_server):
 
 
 def test_live_figures_respond_in_jupyterlab(live_notebook, lab_app, screenshot_dir, latency_log):
-    _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, "image")
+    """Open, Run All, move every control of every live figure (pictures as binary buffers). In the transport
+    notebook (conftest.transport_notebook) then again with pictures sent as text only (what Colab gets): the kernel is
+    told ATTENTION_COURSE_LIVE_TRANSPORT=text, the cells that draw live pictures run again, and each is moved."""
+    from .conftest import transport_notebook
 
-
-def test_live_figures_respond_with_the_text_transport(lab_app, screenshot_dir, latency_log):
-    """The same checks with pictures sent as text only (what Colab gets): every live picture of one notebook, a copy
-    that opens with a kernel whose environment asks for that transport (conftest.TEXT_KERNEL)."""
-    from .conftest import text_transport_copy, transport_notebook
-
-    copy = text_transport_copy(lab_app.server, transport_notebook())
-    _check_every_live_figure(copy, lab_app, screenshot_dir, latency_log, "text")
-
-
-def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log, transport):
     name, stem = live_notebook.name, live_notebook.stem
     lab_server = lab_app.server
     copy = lab_server.root / name
     page, loaded = lab_app.start()
-    print(f"\n[e2e] {name} (transport {transport}{', in the JupyterLab loaded already' if loaded else ''})")
+    print(f"\n[e2e] {name}{' (in the JupyterLab loaded already)' if loaded else ''}")
     problems: list[str] = []
-    latencies: list[str] = []
     clean = False
     frames = None
-    if transport == "image" and name == burst_in_lab_check():  # then the slider burst too (test_slider_burst.py)
+    if name == burst_in_lab_check():  # then the slider burst too (test_slider_burst.py)
         from .test_slider_burst import _KernelFrames
 
         frames = _KernelFrames(page)  # before the notebook opens its kernel websocket
@@ -339,89 +333,130 @@ def _check_every_live_figure(live_notebook, lab_app, screenshot_dir, latency_log
         if expected:
             assert count == expected, f"{name}: {count} LiveFigures rendered, the stored notebook has {expected}"
         page.screenshot(path=str(screenshot_dir / f"{stem}-1-after-run-all.png"))
-
-        for f in range(count):
-            figure = panel.locator(LIVE_FIGURE).nth(f)
-            image = figure.locator(PICTURE)
-            expected_tag = "img" if transport == "image" else "div"
-            assert image.evaluate("(el) => el.tagName.toLowerCase()") == expected_tag, \
-                f"{name}: LiveFigure #{f} is not drawn with the {transport} transport"
-            controls = ([("slider", c) for c in figure.locator(".widget-hslider").all()]
-                        + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()])
-            assert controls, f"{name}: LiveFigure #{f} has no slider or toggle buttons"
-            for c, (kind, control) in enumerate(controls):
-                label = control.locator(".widget-label").first.inner_text().strip() if control.locator(
-                    ".widget-label").count() else f"{kind}{c}"
-                where = f"{name} figure #{f} control {label!r}"
-                figure.scroll_into_view_if_needed()
-                before = image.evaluate(IMAGE_DIGEST)
-                value_before = _readout(control, kind)
-                shot = screenshot_dir / f"{stem}-fig{f}-{c}-{_slug(label)}"
-                if CONTROL_SHOTS:
-                    figure.screenshot(path=f"{shot}-before.png")
-
-                image.evaluate(ARM_WATCH)
-                action = _move_control(page, control, kind)
-                try:
-                    page.wait_for_function("() => window.__e2eWatch.tLoad !== null", timeout=PICTURE_TIMEOUT_MS,
-                                           polling="raf")
-                except Exception:
-                    problems.append(f"{where}: picture did not change within {PICTURE_TIMEOUT_MS} ms "
-                                    f"after {action} (value {value_before!r} -> {_readout(control, kind)!r})")
-                    page.evaluate("() => window.__e2eWatch.stop()")
-                    figure.screenshot(path=f"{shot}-after.png")
-                    continue
-                watch = page.evaluate("() => { const w = window.__e2eWatch; w.stop(); "
-                                      "return {t0: w.t0, tSrc: w.tSrc, tLoad: w.tLoad}; }")
-                if kind == "slider" and CONTROL_SHOTS:  # a couple more steps: the after-screenshot differs clearly
-                    for _ in range(EXTRA_SLIDER_STEPS):
-                        page.keyboard.press(action)
-                assert image.evaluate(WAIT_SETTLED, [400, 10_000]), \
-                    f"{where}: picture kept changing / kernel busy 10 s after {action}"
-                after = image.evaluate(IMAGE_DIGEST)
-                value_after = _readout(control, kind)
-                if CONTROL_SHOTS or value_after == value_before or after["sha256"] == before["sha256"]:
-                    figure.screenshot(path=f"{shot}-after.png")
-                src_ms, shown_ms = watch["tSrc"] - watch["t0"], watch["tLoad"] - watch["t0"]
-                line = (f"{where}: {action}, value {value_before!r} -> {value_after!r}: new src after "
-                        f"{src_ms:.0f} ms, picture loaded after {shown_ms:.0f} ms "
-                        f"(PNG {before['width']}x{before['height']} px shown at {before['shownWidth']}x"
-                        f"{before['shownHeight']} CSS px, {before['bytes']} -> {after['bytes']} bytes)")
-                print(f"[e2e]   {line}")
-                if CONTROL_SHOTS:
-                    print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
-                latencies.append(line)
-                if kind == "slider":
-                    latency_log.append({"notebook": name, "transport": transport, "figure": f, "control": label,
-                                        "key": action,
-                                        "src_ms": round(src_ms, 1), "picture_ms": round(shown_ms, 1),
-                                        "png_bytes": after["bytes"]})
-                if after["scheme"] != ("blob" if transport == "image" else "data"):
-                    problems.append(f"{where}: the picture came as a {after['scheme']}: URL, not by the "
-                                    f"{transport} transport")
-                if value_after == value_before:
-                    problems.append(f"{where}: {action} did not change the control's value ({value_before!r})")
-                if after["sha256"] == before["sha256"]:
-                    problems.append(f"{where}: the image was replaced by identical PNG bytes after {action}")
-                if after["areaWidth"] is not None and after["shownWidth"] > after["areaWidth"]:
-                    problems.append(f"{where}: the picture is {after['shownWidth']} px wide in an output area of "
-                                    f"{after['areaWidth']} px: cut off at the right")
-                if shown_ms >= PICTURE_TIMEOUT_MS:
-                    problems.append(f"{where}: picture took {shown_ms:.0f} ms (>= {PICTURE_TIMEOUT_MS} ms)")
-
-        sliders_moved = sum(1 for line in latencies if "ArrowRight" in line or "ArrowLeft" in line)
-        if not sliders_moved:
-            problems.append(f"{name}: no slider was moved (none of its LiveFigures has one)")
-        page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
+        moved = _move_every_control(page, panel, name, stem, count, "image", screenshot_dir, latency_log, problems)
         if frames is not None:
             from .test_slider_burst import burst_problems
 
             problems += burst_problems(page, panel, lab_server, name, stem, screenshot_dir, frames)
+        if name == transport_notebook().name:
+            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TRANSPORT_VARIABLE)
+            page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=100)
+            count = _wait_for_live_figures(panel, expected, transport="text")
+            print(f"[e2e]   kernel told {TRANSPORT_VARIABLE}=text; {rerun} cell(s) with live pictures run again: "
+                  f"{count} LiveFigure(s) drawn as text")
+            assert count >= 1, f"{name}: no LiveFigure after running its cells again with the text transport"
+            page.screenshot(path=str(screenshot_dir / f"{stem}-text-1-rerun.png"))
+            moved += _move_every_control(page, panel, name, f"{stem}-text", count, "text", screenshot_dir,
+                                         latency_log, problems)
+        page.screenshot(path=str(screenshot_dir / f"{stem}-2-after-controls.png"))
         problems += _problems_in_outputs(panel, _cells_allowed_to_raise(copy))
         clean = True
     finally:
         if frames is not None:
             frames.detach()
         lab_app.finish(name, clean)
-    print(f"[e2e]   {name}: {len(latencies)} control(s) changed the picture, {len(problems)} problem(s)")
+    print(f"[e2e]   {name}: {moved} control move(s) changed the picture, {len(problems)} problem(s)")
     assert not problems, "\n".join(problems)
+
+
+# In the notebook open now: tell its kernel to send live pictures as text from now on (the variable of
+# helpers.widgets.choose_transport, read when a LiveFigure is built), then run again, one by one, the cells whose
+# outputs hold a live picture. Needs JupyterLab's app object (conftest starts JupyterLab with --expose-app-in-browser).
+RERUN_WITH_TEXT_TRANSPORT = """async (variable) => {
+  const app = window.jupyterapp;
+  const panel = app.shell.currentWidget;
+  const kernel = panel.sessionContext.session.kernel;
+  await kernel.requestExecute({code: `import os; os.environ[${JSON.stringify(variable)}] = "text"`,
+                               silent: true, store_history: false}).done;
+  window.__e2eSawBusy = true;
+  const live = [];
+  panel.content.widgets.forEach((cell, i) => { if (cell.node.querySelector('.course-live-picture')) live.push(i); });
+  for (const i of live) {
+    panel.content.activeCellIndex = i;
+    await app.commands.execute('notebook:run-cell');
+  }
+  return live.length;
+}"""
+
+
+def _move_every_control(page, panel, name: str, stem: str, count: int, transport: str, screenshot_dir, latency_log,
+                        problems: list[str]) -> int:
+    """Move each slider and toggle-button group of the ``count`` live figures in ``panel`` once; the picture must
+    change (by ``transport``) within PICTURE_TIMEOUT_MS and fit its output area. Adds to ``problems``; returns how
+    many moves changed the picture."""
+    latencies: list[str] = []
+    for f in range(count):
+        figure = panel.locator(LIVE_FIGURE).nth(f)
+        image = figure.locator(PICTURE)
+        expected_tag = "img" if transport == "image" else "div"
+        assert image.evaluate("(el) => el.tagName.toLowerCase()") == expected_tag, \
+            f"{name}: LiveFigure #{f} is not drawn with the {transport} transport"
+        controls = ([("slider", c) for c in figure.locator(".widget-hslider").all()]
+                    + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()])
+        assert controls, f"{name}: LiveFigure #{f} has no slider or toggle buttons"
+        for c, (kind, control) in enumerate(controls):
+            label = control.locator(".widget-label").first.inner_text().strip() if control.locator(
+                ".widget-label").count() else f"{kind}{c}"
+            where = f"{name} figure #{f} control {label!r}"
+            figure.scroll_into_view_if_needed()
+            before = image.evaluate(IMAGE_DIGEST)
+            value_before = _readout(control, kind)
+            shot = screenshot_dir / f"{stem}-fig{f}-{c}-{_slug(label)}"
+            if CONTROL_SHOTS:
+                figure.screenshot(path=f"{shot}-before.png")
+
+            image.evaluate(ARM_WATCH)
+            action = _move_control(page, control, kind)
+            try:
+                page.wait_for_function("() => window.__e2eWatch.tLoad !== null", timeout=PICTURE_TIMEOUT_MS,
+                                       polling="raf")
+            except Exception:
+                problems.append(f"{where}: picture did not change within {PICTURE_TIMEOUT_MS} ms "
+                                f"after {action} (value {value_before!r} -> {_readout(control, kind)!r})")
+                page.evaluate("() => window.__e2eWatch.stop()")
+                figure.screenshot(path=f"{shot}-after.png")
+                continue
+            watch = page.evaluate("() => { const w = window.__e2eWatch; w.stop(); "
+                                  "return {t0: w.t0, tSrc: w.tSrc, tLoad: w.tLoad}; }")
+            if kind == "slider" and CONTROL_SHOTS:  # a couple more steps: the after-screenshot differs clearly
+                for _ in range(EXTRA_SLIDER_STEPS):
+                    page.keyboard.press(action)
+            assert image.evaluate(WAIT_SETTLED, [400, 10_000]), \
+                f"{where}: picture kept changing / kernel busy 10 s after {action}"
+            after = image.evaluate(IMAGE_DIGEST)
+            value_after = _readout(control, kind)
+            if CONTROL_SHOTS or value_after == value_before or after["sha256"] == before["sha256"]:
+                figure.screenshot(path=f"{shot}-after.png")
+            src_ms, shown_ms = watch["tSrc"] - watch["t0"], watch["tLoad"] - watch["t0"]
+            line = (f"{where}: {action}, value {value_before!r} -> {value_after!r}: new src after "
+                    f"{src_ms:.0f} ms, picture loaded after {shown_ms:.0f} ms "
+                    f"(PNG {before['width']}x{before['height']} px shown at {before['shownWidth']}x"
+                    f"{before['shownHeight']} CSS px, {before['bytes']} -> {after['bytes']} bytes)")
+            print(f"[e2e]   {line}")
+            if CONTROL_SHOTS:
+                print(f"[e2e]   screenshots: {shot}-before.png  {shot}-after.png")
+            latencies.append(line)
+            if kind == "slider":
+                latency_log.append({"notebook": name, "transport": transport, "figure": f, "control": label,
+                                    "key": action,
+                                    "src_ms": round(src_ms, 1), "picture_ms": round(shown_ms, 1),
+                                    "png_bytes": after["bytes"]})
+            if after["scheme"] != ("blob" if transport == "image" else "data"):
+                problems.append(f"{where}: the picture came as a {after['scheme']}: URL, not by the "
+                                f"{transport} transport")
+            if value_after == value_before:
+                problems.append(f"{where}: {action} did not change the control's value ({value_before!r})")
+            if after["sha256"] == before["sha256"]:
+                problems.append(f"{where}: the image was replaced by identical PNG bytes after {action}")
+            if after["areaWidth"] is not None and after["shownWidth"] > after["areaWidth"]:
+                problems.append(f"{where}: the picture is {after['shownWidth']} px wide in an output area of "
+                                f"{after['areaWidth']} px: cut off at the right")
+            if shown_ms >= PICTURE_TIMEOUT_MS:
+                problems.append(f"{where}: picture took {shown_ms:.0f} ms (>= {PICTURE_TIMEOUT_MS} ms)")
+
+    sliders_moved = sum(1 for line in latencies if "ArrowRight" in line or "ArrowLeft" in line)
+    if not sliders_moved:
+        problems.append(f"{name}: no slider was moved (none of its LiveFigures has one)")
+    return len(latencies)
+
+
