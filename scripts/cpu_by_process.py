@@ -7,7 +7,8 @@ with how busy the cores were in each 30 s of the run. Linux only (reads /proc); 
 
 How `make test`'s time was split up for the README was measured this way. Processes that start and end between two
 looks (under a second) are missed, so the total is a little low; processes that were running before the command are
-left out. On a machine whose speed varies, compare CPU-seconds of the same group across runs, not one run's total.
+left out, but every process that starts while it runs is counted, whoever started it: measure with nothing else
+running. On a machine whose speed varies, compare CPU-seconds of the same group across runs, not one run's total.
 """
 
 from __future__ import annotations
