@@ -19,8 +19,7 @@ Steps (each prints one line with its time):
     Then, in the same kernel, every control of every live figure is moved one step and must change the picture
     (scripts/move_controls.py): what a learner does with the sliders, on ipywidgets 7 and that matplotlib.
  5. The browser test of classic Notebook 6.5 with ipywidgets 7 (tests/e2e/test_classic_notebook.py):
-    Run All on a notebook with a live picture, move a slider, the picture changes. It runs next to steps 4 and 6
-    (it mostly waits on the browser and the kernel); its output is printed when it ends.
+    Run All on a notebook with a live picture, move a slider, the picture changes.
  6. The unit tests of what differs there, in that environment, against the installed wheel (not the files of the
     working tree): the test modules that import matplotlib, ipywidgets, IPython or numpy, directly or through the
     course's figure and widget modules (``version_sensitive_tests``), each test function once, with its first
@@ -28,6 +27,8 @@ Steps (each prints one line with its time):
     of every test; the checks of the repository's files (REPOSITORY_CHECKS) run only there, and so do the tests of
     each lesson's live pictures (test_live_lessonNN.py): here step 4 draws every one of them and moves every
     control.
+Steps 4, 5 and 6 run side by side (5 mostly waits on the browser and the kernel; 6 needs only the installed wheel);
+what 5 and 6 print is printed when each is done.
 """
 
 from __future__ import annotations
@@ -235,7 +236,8 @@ def version_sensitive_tests(tests: Path = ROOT / "tests") -> list[str]:
             and VERSION_SENSITIVE.search(path.read_text(encoding="utf-8"))]
 
 
-def unit_tests(python: Path) -> int:
+def unit_tests(python: Path) -> tuple[int, str]:
+    """Run step 6; its exit status and what it printed (printed by the caller)."""
     modules = version_sensitive_tests()
     print(f"[colab-stack]   unit tests of {len(modules)} modules, each test once: {', '.join(modules)}", flush=True)
     # bin/pytest, not `python -m pytest` (which would put the working tree, and its helpers/, on sys.path);
@@ -244,8 +246,10 @@ def unit_tests(python: Path) -> int:
     command = [str(python.with_name("pytest")), *[f"tests/{name}" for name in modules], "--import-mode=importlib",
                "-o", "addopts=", "-n", "2", "-p", "no:cacheprovider", "-p", "first_case_only", "-q",
                "-W", "ignore::DeprecationWarning"]
-    return subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1",
-                                                  "PYTHONPATH": str(ROOT / "scripts")}).returncode
+    result = subprocess.run(command, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1",
+                                                    "PYTHONPATH": str(ROOT / "scripts")},
+                            capture_output=True, text=True)
+    return result.returncode, result.stdout + result.stderr
 
 
 def browser_test(venv: Path) -> tuple[int, str]:
@@ -283,19 +287,21 @@ def main() -> None:
     added = install_like_colab(python, wheel)
     _step(f"the notebooks' set-up block installed {wheel.name} and added {added}; "
           "no installed package changed", started)
-    # The browser test from here on, next to steps 4 and 6: it mostly waits (on Chromium, the server, the kernel).
-    # Started after step 4 instead, it was the last half minute of make test, with a core idle (measured). Its output
-    # is printed when it is done.
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    # Steps 4, 5 and 6 side by side: the browser test mostly waits (on Chromium, the server, the kernel), and the
+    # unit tests need only the installed wheel. Run one after another, each was the last half minute of make test
+    # with a core idle (measured). Steps 5 and 6 print their output when they are done.
+    with ThreadPoolExecutor(max_workers=2) as pool:
         browser = None if args.no_browser else pool.submit(browser_test, venv)
+        units = pool.submit(unit_tests, python)
         problems = execute_notebooks(venv, venv.parent / "colab-stack-notebooks")
+        unit_status, printed = units.result()
+        print(printed, end="", flush=True)
         if problems:
             if browser is not None:
                 print(browser.result()[1], end="", flush=True)
             sys.exit("[colab-stack] notebooks failed:\n  " + "\n  ".join(problems))
         _step("every notebook ran without an error; every live figure stored its static picture, and moving each "
               "of its controls changed the picture", started)
-        unit_status = unit_tests(python)
         if browser is not None:
             browser_status, printed = browser.result()
             print(printed, end="", flush=True)
