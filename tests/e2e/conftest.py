@@ -371,6 +371,11 @@ def lab_server(e2e_tmp):
         yield server
 
 
+# What the text-transport checks run in the kernel of the notebook open in the browser: from then on, a LiveFigure
+# built there sends its pictures as text only (helpers.widgets.choose_transport reads the variable each time).
+TEXT_TRANSPORT_CODE = f"import os; os.environ[{TRANSPORT_VARIABLE!r}] = 'text'"
+
+
 def transport_notebook(directory: Path = NOTEBOOK_DIR) -> Path:
     """The notebook both transports are checked on, in JupyterLab and classic Notebook: the first whose stored
     outputs hold a live figure with a slider and no cell meant to raise (classic Notebook stops Run All at the

@@ -22,7 +22,8 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import CHROMIUM, CHROMIUM_ARGS, TRANSPORT_VARIABLE, _free_port, serve_jupyter, transport_notebook
+from .conftest import (CHROMIUM, CHROMIUM_ARGS, TEXT_TRANSPORT_CODE, TRANSPORT_VARIABLE, _free_port, serve_jupyter,
+                       transport_notebook)
 
 pytestmark = pytest.mark.e2e
 
@@ -76,11 +77,10 @@ def classic_server(e2e_tmp):
         yield url, token, root, log
 
 
-# Tell the kernel to send live pictures as text from now on (read when a LiveFigure is built), then run again the
+# Tell the kernel to send live pictures as text from now on (conftest.TEXT_TRANSPORT_CODE), then run again the
 # cells whose outputs hold a live picture; returns how many.
-RERUN_WITH_TEXT_TRANSPORT = """(variable) => {
-  Jupyter.notebook.kernel.execute(`import os; os.environ[${JSON.stringify(variable)}] = "text"`, {},
-                                  {silent: true, store_history: false});
+RERUN_WITH_TEXT_TRANSPORT = """(code) => {
+  Jupyter.notebook.kernel.execute(code, {}, {silent: true, store_history: false});
   const live = Jupyter.notebook.get_cells().filter(c => c.element[0].querySelector('.course-live-picture'));
   live.forEach(c => c.execute());
   return live.length;
@@ -116,7 +116,7 @@ def test_classic_notebook_with_ipywidgets_7_moves_every_picture(classic_server, 
             _move_a_control_of_every_picture(page, "image")
             page.screenshot(path=str(screenshot_dir / "classic-image-2-pictures-moved.png"))
 
-            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TRANSPORT_VARIABLE)
+            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TEXT_TRANSPORT_CODE)
             page.wait_for_function(f"() => {{ {CURRENT_IMG} const pictures = Array.from(document.querySelectorAll("
                                    "'.widget-vbox > .course-live-picture')); return pictures.length > 0 && "
                                    "pictures.every(el => el.tagName === 'DIV' && current(el) && current(el).src) "

@@ -25,7 +25,7 @@ from urllib.parse import quote
 
 import pytest
 
-from .conftest import TRANSPORT_VARIABLE, burst_in_lab_check
+from .conftest import TEXT_TRANSPORT_CODE, TRANSPORT_VARIABLE, burst_in_lab_check
 
 pytestmark = pytest.mark.e2e
 
@@ -339,7 +339,7 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_app, screenshot_d
 
             problems += burst_problems(page, panel, lab_server, name, stem, screenshot_dir, frames)
         if name == transport_notebook().name:
-            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TRANSPORT_VARIABLE)
+            rerun = page.evaluate(RERUN_WITH_TEXT_TRANSPORT, TEXT_TRANSPORT_CODE)
             page.wait_for_function(RUN_ALL_DONE, timeout=RUN_ALL_TIMEOUT_MS, polling=100)
             count = _wait_for_live_figures(panel, expected, transport="text")
             print(f"[e2e]   kernel told {TRANSPORT_VARIABLE}=text; {rerun} cell(s) with live pictures run again: "
@@ -359,15 +359,14 @@ def test_live_figures_respond_in_jupyterlab(live_notebook, lab_app, screenshot_d
     assert not problems, "\n".join(problems)
 
 
-# In the notebook open now: tell its kernel to send live pictures as text from now on (the variable of
-# helpers.widgets.choose_transport, read when a LiveFigure is built), then run again, one by one, the cells whose
+# In the notebook open now: tell its kernel to send live pictures as text from now on (conftest.TEXT_TRANSPORT_CODE),
+# then run again, one by one, the cells whose
 # outputs hold a live picture. Needs JupyterLab's app object (conftest starts JupyterLab with --expose-app-in-browser).
-RERUN_WITH_TEXT_TRANSPORT = """async (variable) => {
+RERUN_WITH_TEXT_TRANSPORT = """async (code) => {
   const app = window.jupyterapp;
   const panel = app.shell.currentWidget;
   const kernel = panel.sessionContext.session.kernel;
-  await kernel.requestExecute({code: `import os; os.environ[${JSON.stringify(variable)}] = "text"`,
-                               silent: true, store_history: false}).done;
+  await kernel.requestExecute({code, silent: true, store_history: false}).done;
   window.__e2eSawBusy = true;
   const live = [];
   panel.content.widgets.forEach((cell, i) => { if (cell.node.querySelector('.course-live-picture')) live.push(i); });
