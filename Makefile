@@ -2,11 +2,12 @@
 #   make lab    set up what learning needs (the course, JupyterLab; no test tools), then open the course
 #   make test   set up everything (test tools too), then run the whole test suite: unit tests + strict nbval,
 #               the browser tests in headless Chromium, then the same course on a Colab-like stack
-#               (scripts/colab_stack.py)
-# For instructors (README, "For instructors"): student (student copies of the notebooks), withheld (the package
+#               (scripts/colab_stack.py); its last line is its wall time and CPU-seconds
+# One lesson while you edit it: make check NB=06 (its strict nbval, its unit tests, its browser test).
+# For instructors (docs/instructors.md): student (student copies of the notebooks), withheld (the package
 # without model answers), grade SUBMISSIONS=... (run and grade submitted notebooks).
-# Other targets: setup, notebooks (refresh stored outputs), e2e (browser tests only),
-# screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), lock, clean.
+# Other targets: setup, suite (make test without its time line), notebooks (refresh stored outputs), e2e (browser
+# tests only), screenshot (refresh docs/course-screenshot.png), benchmark (slider timings), lock, clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,10 +15,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 # What learning needs only (make lab): the course and JupyterLab, no test tools.
 LAB_STAMP := $(VENV)/.installed-lab
-# Optional package index for torch, e.g. https://download.pytorch.org/whl/cpu on a
-# CPU-only CI runner that has no local CPU wheel (see README, "Run the tests in your CI").
-TORCH_INDEX ?=
 TORCH_VERSION := $(shell sed -n 's/^torch==//p' requirements-lock.txt)
+# The package index torch is installed from. Not given, scripts/torch_index.py decides, once and only when an
+# environment is set up: on Linux x86-64 without an NVIDIA driver and without a torch wheel on local disk, PyTorch's
+# CPU index (PyPI's build there is the multi-GB CUDA one); otherwise none (pip's own configuration, PyPI).
+# TORCH_INDEX= (empty) always takes PyPI's; TORCH_INDEX=URL any index (docs/learners.md, docs/testing.md).
+ifeq ($(origin TORCH_INDEX),undefined)
+TORCH_INDEX = $(eval TORCH_INDEX := $(shell $(PYTHON) scripts/torch_index.py $(TORCH_VERSION)))$(TORCH_INDEX)
+endif
 # JupyterLab refuses to run as root without this flag (containers, CI images).
 ROOT_FLAG := $(if $(filter 0,$(shell id -u)),--allow-root,)
 NOTEBOOKS := $(sort $(wildcard notebooks/*.ipynb))
@@ -33,7 +38,7 @@ define run_e2e
 	if [ $$status -eq 0 ]; then $(2) $(E2E_PYTEST) $(1); elif [ $$status -ne 3 ]; then exit $$status; fi
 endef
 
-.PHONY: setup lab test notebooks e2e screenshot benchmark lock clean student withheld grade
+.PHONY: setup lab test suite check notebooks e2e screenshot benchmark lock clean student withheld grade
 
 # Bytecode: where Python may write .pyc files (PYTHONDONTWRITEBYTECODE unset or empty, as usual), pip does not
 # compile every installed file up front; Python compiles and caches only what is imported (for the suite, about
@@ -70,6 +75,12 @@ lab: $(LAB_STAMP)
 	cd notebooks && ../$(BIN)/jupyter lab --config=../scripts/jupyter_server_config.py --ServerApp.ip=127.0.0.1 \
 	    $(ROOT_FLAG) $(FIRST_NOTEBOOK)
 
+# make test: the suite below, then one line with its wall time and the CPU-seconds of every process it started
+# (scripts/cpu_by_process.py --total). TORCH_INDEX is decided once, here, for every step.
+test:
+	@$(PYTHON) scripts/cpu_by_process.py --total "make test" -- $(MAKE) --no-print-directory suite \
+	    TORCH_INDEX=$(TORCH_INDEX)
+
 # Side by side, to use both cores: while the course's environment is set up and the unit tests and strict nbval
 # run, Chromium is installed if missing (tests/e2e/chromium.sh) and the Colab-like stack's environment is built
 # (pip, one core); then the browser tests (which mostly wait on the browser and on kernels) run next to the
@@ -78,11 +89,11 @@ lab: $(LAB_STAMP)
 # Every notebook is executed by strict nbval (each cell twice), in JupyterLab and on the Colab-like stack: a model
 # trained by one of them is saved in build/training-cache and loaded by the others (helpers.training.remembered),
 # so each trains once per run. The cache starts empty; only notebooks' kernels use it, not the unit tests.
-test: export PYTHONDONTWRITEBYTECODE :=
-test: export ATTENTION_COURSE_TRAINING_CACHE := $(CURDIR)/build/training-cache
+suite: export PYTHONDONTWRITEBYTECODE :=
+suite: export ATTENTION_COURSE_TRAINING_CACHE := $(CURDIR)/build/training-cache
 # The set-up block's install into a fresh environment is checked once, on the Colab-like stack (tests/test_colab_setup.py).
-test: export ATTENTION_COURSE_COLAB_STACK := later
-test:
+suite: export ATTENTION_COURSE_COLAB_STACK := later
+suite:
 	@mkdir -p build && rm -rf build/chromium.status build/training-cache
 	@(sh tests/e2e/chromium.sh > build/chromium.log 2>&1; echo $$? > build/chromium.status) &
 	@(TORCH_INDEX=$(TORCH_INDEX) $(PYTHON) scripts/colab_stack.py --prepare > build/colab-stack-prepare.log 2>&1 &)
@@ -96,6 +107,18 @@ test:
 	e2e=0; if [ $$browser -eq 0 ]; then $(E2E_PYTEST) -q -rs || e2e=$$?; fi; \
 	colab=0; wait $$stack || colab=$$?; echo "---- the Colab-like stack ----"; cat build/colab-stack.log; \
 	echo "browser tests: exit $$e2e; Colab-like stack: exit $$colab"; [ $$e2e -eq 0 ] && [ $$colab -eq 0 ]
+
+# One lesson, the fast loop while you edit it: make check NB=06 runs that notebook's strict nbval (every cell twice),
+# its unit tests (tests/test_*lesson06*.py) and its JupyterLab browser test. In the course's .venv (set up first), or
+# in an environment you already have, used as it is: make check NB=06 VENV=/path/to/venv.
+CHECK_NOTEBOOK = $(wildcard notebooks/$(NB)_*.ipynb)
+CHECK_TESTS = $(wildcard tests/test_*lesson$(NB)*.py)
+check: export PYTHONDONTWRITEBYTECODE :=
+check: $(if $(filter .venv,$(VENV)),$(STAMP))
+	@test -n "$(NB)" && test "$(words $(CHECK_NOTEBOOK))" = 1 || \
+	    { echo "usage: make check NB=06 (the two digits of one notebook in notebooks/)"; exit 2; }
+	$(BIN)/python -m pytest $(CHECK_NOTEBOOK) $(CHECK_TESTS) -n 0 -q
+	$(call run_e2e,-n 0 -q -rs -k $(basename $(notdir $(CHECK_NOTEBOOK))),)
 
 # Re-execute every notebook in place to refresh its stored outputs (then review the diff). First the
 # Colab set-up block and the course-map line are brought up to date in every notebook (scripts/colab_setup.py,

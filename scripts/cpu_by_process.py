@@ -4,11 +4,17 @@ with how busy the cores were in each 30 s of the run. Linux only (reads /proc); 
 
     python3 scripts/cpu_by_process.py -- make test
     python3 scripts/cpu_by_process.py --json build/cpu.json -- make test
+    python3 scripts/cpu_by_process.py --total "make test" -- make suite     # one line (what `make test` prints)
 
-How `make test`'s time was split up for the README was measured this way. Processes that start and end between two
-looks (under a second) are missed, so the total is a little low; processes that were running before the command are
-left out, but every process that starts while it runs is counted, whoever started it: measure with nothing else
-running. On a machine whose speed varies, compare CPU-seconds of the same group across runs, not one run's total.
+By kind: processes that start and end between two looks (under a second) are missed, so the total is a little low;
+processes that were running before the command are left out, but every process that starts while it runs is
+counted, whoever started it: measure with nothing else running. On a machine whose speed varies, compare CPU-seconds
+of the same group across runs, not one run's total.
+
+``--total NAME`` prints one line instead: the wall time, and the CPU-seconds (user + system) of exactly the processes
+the command started, from the kernel's own accounting of every process that ended (no sampling, nobody else's
+processes). On Linux this script becomes the "subreaper" of what it starts, so a process left behind by its parent
+(a shell's ``( ... &)``) is handed to it and counted when it ends; elsewhere such processes are not counted.
 """
 
 from __future__ import annotations
@@ -72,14 +78,66 @@ def group_of(command: str) -> str:
     return "other: " + (command.split(" ")[0].rsplit("/", 1)[-1] or "?")
 
 
+def _become_subreaper() -> bool:
+    """Linux: orphaned descendants are re-parented to this process (so it can reap and count them)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+        pr_set_child_subreaper = 36
+        return ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def run_and_total(command: list[str], name: str) -> int:
+    """Run ``command``; print one line: its wall time and the CPU-seconds of every process it started."""
+    import resource
+    import signal
+
+    _become_subreaper()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    child = subprocess.Popen(command)
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl+C reaches the command; we wait for it
+    status = None
+    try:
+        while status is None:
+            try:
+                pid, wait_status = os.waitpid(-1, 0)  # the command, or an orphan handed to us
+            except ChildProcessError:
+                break
+            if pid == child.pid:
+                status = os.waitstatus_to_exitcode(wait_status)
+        while True:  # orphans that have ended by now; the ones still running are not waited for
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    child.returncode = status if status is not None else 1
+    wall = time.monotonic() - started
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = usage.ru_utime + usage.ru_stime - before.ru_utime - before.ru_stime
+    print(f"[{name}] exit {child.returncode}, {wall:,.0f} s, {cpu:,.0f} CPU-s "
+          f"({cpu / max(wall, 1e-9):.2f} cores busy on average), every process it started included", flush=True)
+    return child.returncode if child.returncode >= 0 else 128 - child.returncode
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", help="also write every process's CPU-seconds and command line here")
+    parser.add_argument("--total", metavar="NAME", help="print one line only: NAME, the wall time and the "
+                        "CPU-seconds of every process the command started (the kernel's accounting)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command to run, after --")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (put it after --)")
+    if args.total:
+        return run_and_total(command, args.total)
     before: dict = {}
     _look(before)
     seen: dict = {}

@@ -32,3 +32,24 @@ def test_a_busy_child_is_counted_and_its_exit_status_returned(capsys, tmp_path):
     import json
     spun = [p for p in json.loads(report.read_text())["processes"] if "process_time" in p["command"]]
     assert len(spun) == 1 and 1.5 <= spun[0]["cpu_s"] <= 3.0, spun
+
+
+def test_total_counts_every_process_started_orphans_included_in_one_line(tmp_path):
+    """--total (what `make test` prints at its end): a busy grandchild whose parent has exited is counted too."""
+    import subprocess
+    def spin(seconds):
+        return f"{sys.executable} -c 'import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass'"
+    # A subshell starts a spinner in the background and exits at once: that spinner is orphaned. It ends before the
+    # command does (1.0 CPU-s against the command's 1.5 CPU-s and a 2 s sleep).
+    command = f"({spin(1.0)} &) ; {spin(1.5)}; sleep 2; exit 4"
+    script = Path(cpu_by_process.__file__)
+    result = subprocess.run([sys.executable, str(script), "--total", "make demo", "--", "sh", "-c", command],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 4, result
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[make demo] exit 4, "), lines
+    cpu = float(lines[0].split(" s, ", 1)[1].split(" CPU-s", 1)[0].replace(",", ""))
+    if sys.platform.startswith("linux"):  # the orphan is handed to the script (a subreaper) and counted
+        assert 2.5 <= cpu <= 4.5, lines[0]
+    else:
+        assert 1.0 <= cpu <= 4.5, lines[0]

@@ -125,7 +125,14 @@ def test_the_two_commands():
     # make lab sets up only what learning needs (its own stamp); make test sets up everything
     assert re.search(r"^lab: \$\(LAB_STAMP\)$", makefile, re.M)
     test_recipe = makefile.split("\ntest:", 1)[1].split("\n\n", 1)[0]
-    assert "$(MAKE) --no-print-directory setup" in test_recipe, "make test sets up everything first"
+    # make test runs the suite and ends with one line: its wall time and CPU-seconds (scripts/cpu_by_process.py)
+    assert re.search(r"cpu_by_process\.py --total \"make test\" -- \$\(MAKE\) --no-print-directory suite\b",
+                     test_recipe), test_recipe
+    suite_recipe = makefile.split("\nsuite:", 1)[1].split("\n\n", 1)[0]
+    assert "$(MAKE) --no-print-directory setup" in suite_recipe, "make test sets up everything first"
+    # the one-lesson loop: that notebook's strict nbval, its unit tests, its browser test
+    check_recipe = makefile.split("\ncheck:", 1)[1].split("\n\n", 1)[0]
+    assert "$(CHECK_NOTEBOOK) $(CHECK_TESTS)" in check_recipe and "run_e2e" in check_recipe
     assert "--ServerApp.ip=127.0.0.1" in makefile and "token=" not in makefile.replace("?token=", "")
     assert "-c requirements-lock.txt" in makefile, "make installs the locked versions"
     addopts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]["addopts"]
