@@ -94,7 +94,7 @@ except ModuleNotFoundError as missing:
     print(f"Installed the course's helpers package from {source}.")
 '''
 
-# What a learner reads; what maintainers do about it (name the public address) is in the README.
+# What a learner reads; what maintainers do about it (name the public address) is in CONTRIBUTING.md.
 NO_ADDRESS = ("This notebook needs the course's `helpers` package, which is not installed here. Download or "
               "clone the whole course, run `pip install .` in its folder (or `make lab`, which also starts "
               "Jupyter), and open this notebook from the course's `notebooks` folder.")

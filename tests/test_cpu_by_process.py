@@ -38,7 +38,8 @@ def test_total_counts_every_process_started_orphans_included_in_one_line(tmp_pat
     """--total (what `make test` prints at its end): a busy grandchild whose parent has exited is counted too."""
     import subprocess
     def spin(seconds):
-        return f"{sys.executable} -c 'import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass'"
+        code = f"import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass"
+        return f"{sys.executable} -c '{code}'"
     # A subshell starts a spinner in the background and exits at once: that spinner is orphaned. It ends before the
     # command does (1.0 CPU-s against the command's 1.5 CPU-s and a 2 s sleep).
     command = f"({spin(1.0)} &) ; {spin(1.5)}; sleep 2; exit 4"

@@ -1,5 +1,5 @@
-"""One notation for the whole course: the README's notation card, and notebook 01's card, which shows its rows for the
-core path (notebooks 01-06) word for word and points to the README for the rest."""
+"""One notation for the whole course: the card in docs/notation.md, and notebook 01's card, which shows its rows for
+the core path (notebooks 01-06) word for word and links to docs/notation.md for the rest."""
 
 import json
 import re
@@ -7,6 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = "| symbol | meaning | shape | in code |"
+CARD = ROOT / "docs" / "notation.md"
 
 
 def _card(text: str) -> list[str]:
@@ -21,21 +22,21 @@ def _card(text: str) -> list[str]:
     return rows
 
 
-def test_notebook_01_shows_the_readme_cards_rows_for_the_core_path():
+def test_notebook_01_shows_the_cards_rows_for_the_core_path():
     nb = json.loads((ROOT / "notebooks" / "01_dot_product_scores.ipynb").read_text(encoding="utf-8"))
     notebook_text = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
-    readme_card = _card((ROOT / "README.md").read_text(encoding="utf-8"))
+    full_card = _card(CARD.read_text(encoding="utf-8"))
     card = _card(notebook_text)
-    assert len(card) >= 15 and len(readme_card) > len(card)
-    # The same header, then the README's rows in the README's order, none changed: the core path's symbols.
-    assert card[:2] == readme_card[:2]
-    remaining = iter(readme_card)
-    assert all(row in remaining for row in card), "notebook 01's card must be README rows, word for word, in order"
+    assert len(card) >= 15 and len(full_card) > len(card)
+    # The same header, then the card's rows in the card's order, none changed: the core path's symbols.
+    assert card[:2] == full_card[:2]
+    remaining = iter(full_card)
+    assert all(row in remaining for row in card), "notebook 01's card: rows of docs/notation.md, word for word, in order"
     core = ["$T$", "$B$", r"$d_\text{in}$", "$x_i$", "$X$", "$W_q, W_k, W_v$", "$Q, K, V$", "$s_{ij}$, $S$",
             "$a_{ij}$, $A$", "$z_i$, $Z$", "$M$", "$p$", "$H$", r"$d_\text{head}$", "$W_o$"]
     for symbol in core:
         assert any(row.startswith(f"| {symbol} |") for row in card), f"notebook 01's card lacks {symbol}"
-    assert "continues in the README" in notebook_text, "notebook 01 must point to the README for the full card"
+    assert "](../docs/notation.md)" in notebook_text, "notebook 01 must link to docs/notation.md for the full card"
 
 
 def test_lessons_use_the_cards_symbols_for_scores_and_weights():
