@@ -93,3 +93,11 @@ def test_the_readme_is_short_and_links_every_docs_page():
         linked_here = any(target.split("#")[0] == f"docs/{page.name}" for target in linked)
         assert linked_here, f"README does not link docs/{page.name}"
     assert "CONTRIBUTING.md" in linked
+
+
+def test_the_course_map_links_every_notebook():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    linked = set(LINK.findall(_prose(readme)))
+    missing = [p.name for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+               if f"notebooks/{p.name}" not in linked]
+    assert not missing, f"the README's course map does not link {missing}"
