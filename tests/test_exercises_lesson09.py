@@ -85,6 +85,31 @@ def test_alibi_rejects_wrong_answers(wrong, words):
     assert words is None or words in feedback.message, feedback.message
 
 
+def _alibi_hiding_the_diagonal(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    return torch.softmax((attn_scores - slopes.view(-1, 1, 1) * distance).masked_fill(distance <= 0, float("-inf")),
+                         -1)
+
+
+def _alibi_one_key_ahead(attn_scores, slopes):
+    distance = _distance(attn_scores.shape[-1])
+    return torch.softmax((attn_scores - slopes.view(-1, 1, 1) * distance).masked_fill(distance < -1, float("-inf")),
+                         -1)
+
+
+@pytest.mark.parametrize("wrong, words", [(_alibi_hiding_the_diagonal, "own key (j = i)"),
+                                          (_alibi_one_key_ahead, "just after it (j = i + 1)")])
+def test_alibi_names_both_off_by_one_masks(wrong, words):
+    # "key j may not come after query i": the threshold j = i sits in every case (the diagonal); both sides named.
+    feedback = lesson09.alibi_weights.check(wrong)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
+
+
+def test_alibi_calls_its_input_the_scaled_scores():
+    # The card's attn_scores is the unscaled S; the task's argument is already divided by sqrt(d_head).
+    assert "scaled_scores" in lesson09.alibi_weights.task and "attn_scores" not in lesson09.alibi_weights.task
+
+
 def test_alibi_survives_inf_and_nan_answers():
     for value in (float("nan"), float("inf")):
         def flat(attn_scores, slopes, value=value):
@@ -120,17 +145,26 @@ def test_rope_attention_accepts_right_forms(answer):
 
 def test_rope_attention_names_the_bug():
     feedback = lesson09.rope_attention.check(lesson09.rope_attention.buggy)
-    assert feedback.status == "wrong" and "rotate-half pairs" in feedback.message, feedback.message
+    assert feedback.status == "wrong" and "values are turned too" in feedback.message, feedback.message
+
+
+def test_the_buggy_line_treats_queries_keys_and_values_alike():
+    # The bug must not be the one line that differs between the queries and the keys (a fix by eye, no shift test).
+    source = __import__("inspect").getsource(lesson09.rope_attention.buggy)
+    assert "pairs=" not in source and "halves" not in source
+    assert "for x in (queries, keys, values)" in source
 
 
 @pytest.mark.parametrize("wrong, words", [
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1)
-     @ apply_rope(v), "values are rotated too"),
+     @ apply_rope(v), "values are turned too"),
     (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k, pairs="halves").transpose(-2, -1),
                                    -1) @ v, "values are not"),   # the layout is free, the scaling is not
     (lambda q, k, v: apply_rope(v), "values are not"),
     (lambda q, k, v: torch.full_like(v, float("inf")), "values are not"),
     (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k).transpose(-2, -1)
+                                   / k.shape[-1] ** 0.5, -1) @ v, "rotate-half pairs"),
+    (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k, pairs="halves").transpose(-2, -1)
                                    / k.shape[-1] ** 0.5, -1) @ v, "rotate-half pairs"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
      "rotated the queries only"),
@@ -164,6 +198,11 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
         k = apply_rope(keys, positions + shift, pairs=key_pairs)
         return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ values
 
+    def buggy(shift):   # the buggy code with every position moved by shift
+        q, k, v = (apply_rope(x, positions + shift) for x in (queries, keys, values))
+        return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
+
     torch.testing.assert_close(attention("adjacent", 10), attention("adjacent", 0))
-    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)
-    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), attention("halves", 0))
+    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), buggy(0))
+    assert not torch.allclose(buggy(10), buggy(0), atol=1e-3)
+    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # a mixed layout too

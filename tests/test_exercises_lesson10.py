@@ -22,19 +22,21 @@ def test_exports():
 def _masks_with_broadcast_to(target_pad, source_pad):
     batch_size, num_queries = target_pad.shape
     num_keys = source_pad.shape[1]
+    encoder_mask = source_pad.unsqueeze(1).repeat(1, num_keys, 1)
     self_mask = torch.broadcast_to(causal_mask(num_queries), (batch_size, num_queries, num_queries)) \
         | target_pad.unsqueeze(1)
     cross_mask = source_pad.unsqueeze(1).repeat(1, num_queries, 1)
-    return self_mask, cross_mask
+    return encoder_mask, self_mask, cross_mask
 
 
 def _masks_by_comparison(target_pad, source_pad):
     num_queries, num_keys = target_pad.shape[1], source_pad.shape[1]
     rows = torch.arange(num_queries)
     future = rows[None, :] > rows[:, None]                              # key after query
+    encoder_mask = source_pad[:, None, :] & torch.ones(1, num_keys, num_keys, dtype=torch.bool)
     self_mask = future[None] | target_pad[:, None, :]
     cross_mask = source_pad[:, None, :] & torch.ones(1, num_queries, num_keys, dtype=torch.bool)
-    return self_mask, cross_mask
+    return encoder_mask, self_mask, cross_mask
 
 
 @pytest.mark.parametrize("answer", [_masks_with_broadcast_to, _masks_by_comparison])
@@ -43,7 +45,8 @@ def test_decoder_masks_accepts_every_right_form(answer):
 
 
 def test_decoder_masks_rejects_broadcastable_but_unexpanded_masks():
-    feedback = lesson10.decoder_masks.check(lambda t, s: (causal_mask(t.shape[1]) | t[:, None, :], s[:, None, :]))
+    feedback = lesson10.decoder_masks.check(lambda t, s: (s[:, None, :], causal_mask(t.shape[1]) | t[:, None, :],
+                                                          s[:, None, :]))
     assert feedback.status == "wrong" and "shape" in feedback.message, feedback.message
 
 
@@ -61,6 +64,28 @@ def test_decoder_masks_cases_separate_every_mistake():
     for mistake in lesson10.decoder_masks.mistakes:
         feedback = lesson10.decoder_masks.check(mistake.function)
         assert feedback.status == "wrong" and mistake.message in feedback.message
+
+
+def test_decoder_masks_names_the_causal_threshold_on_both_sides():
+    # "no word may read what has not been written yet": the threshold j = i is on every case's diagonal.
+    def hides_itself(t, s):
+        encoder_mask, self_mask, cross_mask = lesson10.decoder_masks.reference(t, s)
+        return encoder_mask, self_mask | torch.eye(t.shape[1], dtype=torch.bool), cross_mask
+
+    def one_word_ahead(t, s):
+        encoder_mask, _, cross_mask = lesson10.decoder_masks.reference(t, s)
+        return encoder_mask, torch.ones(t.shape[1], t.shape[1], dtype=torch.bool).triu(2) | t[:, None, :], cross_mask
+    assert "own key" in lesson10.decoder_masks.check(hides_itself).message
+    assert "words after it" in lesson10.decoder_masks.check(one_word_ahead).message
+
+
+def test_decoder_masks_asks_for_a_mask_no_cell_of_the_lesson_builds():
+    # The cross mask is section 2's line; the encoder's mask is new work (padding keys, square, no causal part).
+    assert "encoder_mask (B, T_k, T_k)" in lesson10.decoder_masks.task
+    feedback = lesson10.decoder_masks.check(lambda t, s: (lesson10.decoder_masks.reference(t, s)[0]
+                                                          | causal_mask(s.shape[1]),)
+                                            + lesson10.decoder_masks.reference(t, s)[1:])
+    assert feedback.status == "wrong" and "encoder_mask is causal" in feedback.message, feedback.message
 
 
 # --- 2. spot the bug: the padding mask meets several heads ---------------------------------------------------------
@@ -140,8 +165,10 @@ def test_every_checker_survives_inf_and_nan_answers():
 
         def flat_masks(target_padding_mask, source_padding_mask, value=value):
             batch_size, num_queries = target_padding_mask.shape
-            return (torch.full((batch_size, num_queries, num_queries), value),
-                    torch.full((batch_size, num_queries, source_padding_mask.shape[1]), value))
+            num_keys = source_padding_mask.shape[1]
+            return (torch.full((batch_size, num_keys, num_keys), value),
+                    torch.full((batch_size, num_queries, num_queries), value),
+                    torch.full((batch_size, num_queries, num_keys), value))
         assert lesson10.padded_heads.check(flat).status == "wrong"
         assert lesson10.decoder_masks.check(flat_masks).status == "wrong"
 

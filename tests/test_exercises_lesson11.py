@@ -1,5 +1,6 @@
 """Notebook 11's exercises: right answers in any reasonable form pass, the real bugs are named."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -51,6 +52,21 @@ def test_window_mask_names_one_key_too_many_and_the_missing_causal_part():
         return j <= p - window_size
     assert "window_size + 1" in lesson11.window_mask.check(one_too_many).message
     assert "causal" in lesson11.window_mask.check(window_only).message
+
+
+@pytest.mark.parametrize("hide, words", [
+    (lambda p, j, w: (j > p) | (j <= p - w + 1), "only window_size - 1 keys"),   # the window's edge, one key short
+    (lambda p, j, w: (j >= p) | (j <= p - w), "its own key (j = p)"),            # the causal edge: hides itself
+    (lambda p, j, w: (j > p + 1) | (j <= p - w), "just after it"),                 # the causal edge: one key ahead
+    (lambda p, j, w: ~((j > p) | (j <= p - w)), "True = hide"),                    # PyTorch's keep convention
+])
+def test_window_mask_names_a_mistake_on_each_threshold(hide, words):
+    # Both thresholds of p - w < j <= p sit in every case; each off-by-one, on either side, gets its own message.
+    def answer(num_queries, num_keys, window_size):
+        p, j = torch.arange(num_keys - num_queries, num_keys)[:, None], torch.arange(num_keys)[None, :]
+        return hide(p, j, window_size)
+    feedback = lesson11.window_mask.check(answer)
+    assert feedback.status == "wrong" and words in feedback.message, feedback.message
 
 
 # --- exercise 2: RoPE after a cache ---------------------------------------------------------------------------
@@ -143,3 +159,17 @@ def test_every_checker_survives_inf_and_nan_answers():
             return torch.full_like(queries, value)
         assert lesson11.window_mask.check(flat_mask).status == "wrong"
         assert lesson11.rope_cache.check(flat_context).status == "wrong"
+
+
+def test_rope_cache_names_the_course_mask_given_to_torch_sdpa():
+    # The course's masks say True = hide, PyTorch's boolean attn_mask True = take part: the message says so.
+    def answer(queries, keys, values, cached_keys, cached_values):
+        num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+        positions = torch.arange(num_cached, num_cached + num_new)
+        all_keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+        mask = decode_mask(num_new, num_cached + num_new)
+        return torch.nn.functional.scaled_dot_product_attention(
+            apply_rope(queries, positions), all_keys, torch.cat([cached_values, values], dim=1), attn_mask=mask)
+    feedback = lesson11.rope_cache.check(answer)
+    assert feedback.status == "wrong" and "True = take part" in feedback.message, feedback.message
+    assert "True = hide" in lesson11.rope_cache.task

@@ -51,21 +51,23 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
         _outline(ax, x, new_row, 1, head_dim)
     ax.add_patch(Rectangle((kx - 0.25, cache_top - 0.15), vx + head_dim - kx + 0.5, num_cached + 0.05,
                            fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
-    label(ax, (kx + vx + head_dim) / 2, new_row + 2.6, f"dashed: from the cache (positions 0 to {num_cached - 1})",
+    label(ax, (kx + vx + head_dim) / 2, new_row + 3.0, f"dashed: from the cache (positions 0 to {num_cached - 1})",
           fontsize=9, color="#3182bd")
     arrow(ax, (0.5 + d_in, new_row + 0.5), (kx, new_row + 0.5), "$W_k$", fontsize=9)
     # x_t W_v: under K, then up between K and V and into V's new row
     gap_x = kx + head_dim + 1.0
     ax.plot([0.5 + d_in / 2, 0.5 + d_in / 2, gap_x, gap_x], [new_row + 1.1, new_row + 1.9, new_row + 1.9,
             new_row + 0.5], color="#252525", linewidth=1.2)
-    arrow(ax, (gap_x, new_row + 0.5), (vx, new_row + 0.5), "$W_v$", fontsize=9)
+    arrow(ax, (gap_x, new_row + 0.5), (vx, new_row + 0.5))
+    label(ax, (0.5 + d_in / 2 + gap_x) / 2, new_row + 2.35, "$W_v$", fontsize=9)   # under the line, off the border
     # scores, weights, context: one row each
     sx = vx + head_dim + 3.0
     tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"],
                 name="scores $q_t K^\\top / \\sqrt{d_\\mathrm{head}}$", shape_text=f"(1, {num_keys})")
     arrow(ax, (qx + head_dim, top + 0.5), (sx, top + 0.5))
-    ax.plot([kx, kx + head_dim], [cache_top - 0.5] * 2, color="#252525", linewidth=1.2)   # a bar over all of K
-    arrow(ax, (kx + head_dim / 2, cache_top - 0.5), (sx + 0.5, top + 1.1))
+    ax.plot([kx, kx, kx + head_dim, kx + head_dim], [cache_top - 0.2, cache_top - 0.6, cache_top - 0.6,
+            cache_top - 0.2], color="#252525", linewidth=1.2)   # a bracket over all of K, touching it
+    arrow(ax, (kx + head_dim / 2, cache_top - 0.6), (sx + 0.5, top + 1.1))
     wy = top + 3.5
     tensor_grid(ax, sx, wy, 1, num_keys, color=PALETTE["weights"], name="weights $a_t$ (softmax)",
                 shape_text=f"(1, {num_keys})")
@@ -73,9 +75,12 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     zy = wy + 3.5
     tensor_grid(ax, sx, zy, 1, head_dim, color=PALETTE["context"], name="$z_t = a_t V$",
                 shape_text=f"(1, {head_dim})")
-    arrow(ax, (sx + num_keys / 2, wy + 1.5), (sx + head_dim / 2, zy - 0.6))
-    ax.plot([vx + head_dim + 0.6] * 2, [cache_top, cache_top + num_keys], color="#252525", linewidth=1.2)
-    arrow(ax, (vx + head_dim + 0.6, cache_top + num_keys / 2), (sx, zy + 0.5))   # from a bar beside all of V
+    # into z_t from the upper right, clear of its name above the grid
+    arrow(ax, (sx + num_keys - 0.5, wy + 1.5), (sx + head_dim + 0.1, zy + 0.3))
+    bar_x = vx + head_dim + 0.7
+    ax.plot([vx + head_dim + 0.3, bar_x, bar_x, vx + head_dim + 0.3], [cache_top, cache_top, cache_top + num_keys,
+            cache_top + num_keys], color="#252525", linewidth=1.2)   # a bracket beside all of V, touching it
+    arrow(ax, (bar_x, cache_top + num_keys / 2), (sx, zy + 0.5))
     for x, y, rows, cols in ((sx, top, 1, num_keys), (sx, wy, 1, num_keys), (sx, zy, 1, head_dim)):
         _outline(ax, x, y, rows, cols)
     label(ax, width / 2, 0.8, f"One decoding step: 1 query, 1 new key and value, {num_keys} keys in all "

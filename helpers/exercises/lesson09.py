@@ -2,9 +2,9 @@
 
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
    per-head penalty on the distance i - j;
-2. spot the bug: RoPE attention whose queries are turned with adjacent pairs and whose keys with the rotate-half
-   layout, a real mistake when code from two sources meets; RoPE on the values is a named wrong answer. Either
-   layout used for both is RoPE and passes.
+2. spot the bug: RoPE attention that turns the values along with the queries and keys, one tidy line for all
+   three; the shift test (every position + 10) exposes it, as the values then carry absolute positions. Mixed pair
+   layouts for the queries and keys are named wrong answers; either layout used for both is RoPE and passes.
 """
 
 from __future__ import annotations
@@ -41,49 +41,62 @@ def _offsets(num_tokens: int) -> torch.Tensor:
     return positions[:, None] - positions[None, :]                  # (T, T): i - j, how far key j lies behind i
 
 
-def _reference_alibi(attn_scores, slopes):
-    num_tokens = attn_scores.shape[-1]
-    distance = _offsets(num_tokens).to(attn_scores.dtype)
-    biased = attn_scores - slopes[:, None, None] * distance         # (H, T, T)
+def _reference_alibi(scaled_scores, slopes):
+    num_tokens = scaled_scores.shape[-1]
+    distance = _offsets(num_tokens).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * distance         # (H, T, T)
     return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
 
 
-def _solution_alibi(attn_scores, slopes):
-    num_tokens = attn_scores.shape[-1]
+def _solution_alibi(scaled_scores, slopes):
+    num_tokens = scaled_scores.shape[-1]
     positions = torch.arange(num_tokens)
     distance = positions[:, None] - positions[None, :]              # (T, T): i - j
-    biased = attn_scores - slopes[:, None, None] * distance         # (H, T, T): farther back, lower
+    biased = scaled_scores - slopes[:, None, None] * distance         # (H, T, T): farther back, lower
     future = distance < 0                                           # key j after query i
     return torch.softmax(biased.masked_fill(future, float("-inf")), dim=-1)
 
 
-def _alibi_sign_flipped(attn_scores, slopes):
-    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
-    biased = attn_scores + slopes[:, None, None] * distance
+def _alibi_sign_flipped(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores + slopes[:, None, None] * distance
     return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
 
 
-def _alibi_no_mask(attn_scores, slopes):
-    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
-    return torch.softmax(attn_scores - slopes[:, None, None] * distance.abs(), dim=-1)
+def _alibi_no_mask(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    return torch.softmax(scaled_scores - slopes[:, None, None] * distance.abs(), dim=-1)
 
 
-def _alibi_slopes_on_the_wrong_axis(attn_scores, slopes):
-    distance = _offsets(attn_scores.shape[-1]).to(attn_scores.dtype)
-    biased = attn_scores - slopes[:, None] * distance               # slope per query row, not per head
+def _alibi_slopes_on_the_wrong_axis(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None] * distance               # slope per query row, not per head
     return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
 
 
-def _alibi_no_bias(attn_scores, slopes):
-    distance = _offsets(attn_scores.shape[-1])
-    return torch.softmax(attn_scores.masked_fill(distance < 0, float("-inf")), dim=-1)
+def _alibi_hides_its_own_key(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * distance
+    return torch.softmax(biased.masked_fill(distance <= 0, float("-inf")), dim=-1)
+
+
+def _alibi_one_future_key(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * distance
+    return torch.softmax(biased.masked_fill(distance < -1, float("-inf")), dim=-1)
+
+
+def _alibi_no_bias(scaled_scores, slopes):
+    distance = _offsets(scaled_scores.shape[-1])
+    return torch.softmax(scaled_scores.masked_fill(distance < 0, float("-inf")), dim=-1)
 
 
 alibi_weights = FunctionExercise(
     "ALiBi: positions as a penalty on the scores",
-    "write alibi_weights(attn_scores, slopes): attn_scores (H, T, T), already scaled, and slopes (H,), one slope "
+    "write alibi_weights(scaled_scores, slopes): scaled_scores (H, T, T), the scores already divided by "
+    "sqrt(d_head), and slopes (H,), one slope "
     "lambda_h per head. Return the causal attention weights (H, T, T) of ALiBi (Press et al. 2021): "
-    "softmax over j of s_ij - lambda_h (i - j), where key j may not come after query i. No position vectors, no "
+    "softmax over j of scaled_scores[h, i, j] - lambda_h (i - j), where key j may not come after query i. No position vectors, no "
     "rotation: the penalty grows with how far key j lies behind query i. Any PyTorch call is allowed.",
     reference=_reference_alibi,
     cases=_alibi_cases,
@@ -99,6 +112,11 @@ alibi_weights = FunctionExercise(
         Mistake(_alibi_slopes_on_the_wrong_axis, "the slopes meet the query axis, not the head axis: slopes has "
                                                  "shape (H,), the scores (H, T, T); give the slopes two trailing "
                                                  "axes, (H, 1, 1), so each head gets its own."),
+        Mistake(_alibi_hides_its_own_key, "your mask also hides each query's own key (j = i): ALiBi's causal mask "
+                                          "hides only the keys after the query, j > i. Query 0 then has no key "
+                                          "left at all."),
+        Mistake(_alibi_one_future_key, "each query also reads the key just after it (j = i + 1): hide every key "
+                                       "with j > i."),
         Mistake(_alibi_no_bias, "your weights are causal but carry no penalty: subtract lambda_h (i - j) from each "
                                 "score first."),
     ],
@@ -120,8 +138,7 @@ def _reference_rope_attention(queries, keys, values):
 
 def buggy_rope_attention(queries, keys, values):
     # queries, keys, values (..., T, head_dim) -> context vectors (..., T, head_dim), no mask
-    queries = apply_rope(queries)                                   # R_i q_i
-    keys = apply_rope(keys, pairs="halves")                         # R_j k_j
+    queries, keys, values = (apply_rope(x) for x in (queries, keys, values))   # turn row i by R_i
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
@@ -139,8 +156,8 @@ def _rope_on_queries_only(queries, keys, values):
     return torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
-def _rope_on_the_values_too(queries, keys, values):
-    queries, keys, values = apply_rope(queries), apply_rope(keys), apply_rope(values)
+def _rope_layouts_mixed(queries, keys, values):
+    queries, keys = apply_rope(queries), apply_rope(keys, pairs="halves")
     return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
@@ -175,29 +192,30 @@ def _rope_after_scaling(queries, keys, values):
     return attn_weights @ values
 
 
+_VALUES_TURNED = ("the values are turned too. RoPE belongs in the scores: (R_i q_i) . (R_j k_j) depends on j - i "
+                  "only, but a turned value R_j v_j carries token j's absolute position into the output, so moving "
+                  "the whole sentence changes the context vectors. Turn the queries and keys only.")
+
 rope_attention = SpotTheBug(
     "Spot the bug: attention with RoPE",
     "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE "
     "making the scores depend on the offset j - i only: inputs (..., T, head_dim), "
-    "output the context vectors z_i = sum_j a_ij v_j (..., T, head_dim), with the values as given. The code "
+    "output the context vectors z_i = sum_j a_ij v_j (..., T, head_dim). The code "
     "below runs, yet its answer is wrong. A check: shift every position by the same constant (the positions "
     "argument of apply_rope, positions + 10); right attention gives the same outputs. Find the bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
     hint=["Run the code with positions 0..T-1 and again with positions 10..T+9 (the positions argument of "
-          "apply_rope): the outputs change, so the scores depend on more than j - i. Which step broke the proof "
-          "s_ij = q . (R_{j-i} k)?",
-          "The proof needs R_i and R_j to be rotations of the same kind: pair r of the query and pair r of the "
-          "key made of the same two dimensions. Are they here?",
-          "Compare the calls that turn the queries and the keys, argument by argument."],
+          "apply_rope): the outputs change. Do the weights change too? Print both.",
+          "The weights stay the same, so the scores are fine: what else in the output depends on where a token "
+          "stands?",
+          "Section 4: which vectors does RoPE turn, and which does it leave alone?"],
     solution=_solution_rope_attention,
     buggy=buggy_rope_attention,
-    bug_message=_MIXED_LAYOUTS.format(first="queries", second="keys"),
+    bug_message=_VALUES_TURNED,
     mistakes=[
         Mistake(_rope_layouts_swapped, _MIXED_LAYOUTS.format(first="keys", second="queries")),
-        Mistake(_rope_on_the_values_too, "the values are rotated too. RoPE belongs in the scores: R_i q_i . R_j k_j "
-                                         "depends on j - i. A rotated value R_j v_j mixes each token's content "
-                                         "with its absolute position: rotate the queries and keys only."),
+        Mistake(_rope_layouts_mixed, _MIXED_LAYOUTS.format(first="queries", second="keys")),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
                                        "where the query is, not on the offset j - i: rotate the keys as well."),
         Mistake(_rope_after_scaling, "your attention uses no positions at all: rotate the queries and keys with "

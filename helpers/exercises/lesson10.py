@@ -1,6 +1,7 @@
 """Exercises for notebook 10: cross-attention.
 
-1. the decoder's two masks: which mask goes into the decoder's self-attention, which into its cross-attention;
+1. an encoder-decoder's three masks: which mask goes into the encoder's self-attention (padding only, not
+   causal), the decoder's self-attention (causal and padding) and its cross-attention (the source's padding);
 2. spot the bug: section 2's (B, 1, T_k) key padding mask carried over to multi-head scores (B, H, T_q, T_k),
    where broadcasting lines it up with the heads instead of the sequences.
 """
@@ -19,7 +20,7 @@ from .core import Case, FunctionExercise, Mistake, SpotTheBug
 __all__ = ["decoder_masks", "padded_heads"]
 
 
-# --- 1. the decoder's two masks ------------------------------------------------------------------------------
+# --- 1. an encoder-decoder's three masks --------------------------------------------------------------------
 def _mask_cases(g: torch.Generator) -> list[Case]:
     def case(description, target_lengths, source_lengths, num_queries, num_keys):
         return Case(description, (padding_mask(target_lengths, num_queries), padding_mask(source_lengths, num_keys)))
@@ -30,77 +31,118 @@ def _mask_cases(g: torch.Generator) -> list[Case]:
             case("2 sequences, T_q = 5, T_k = 3, no padding in the first", [5, 3], [3, 1], 5, 3)]
 
 
+def _encoder_mask(source_padding_mask):
+    num_keys = source_padding_mask.shape[1]
+    return source_padding_mask[:, None, :].expand(-1, num_keys, num_keys)                # (B, T_k, T_k)
+
+
 def _reference_masks(target_padding_mask, source_padding_mask):
     batch_size, num_queries = target_padding_mask.shape
     num_keys = source_padding_mask.shape[1]
     self_mask = causal_mask(num_queries) | target_padding_mask[:, None, :]           # (B, T_q, T_q)
     cross_mask = source_padding_mask[:, None, :].expand(batch_size, num_queries, num_keys)  # (B, T_q, T_k)
-    return self_mask, cross_mask
+    return _encoder_mask(source_padding_mask), self_mask, cross_mask
 
 
 def _solution_decoder_masks(target_padding_mask, source_padding_mask):
     batch_size, num_queries = target_padding_mask.shape
     num_keys = source_padding_mask.shape[1]
+    encoder_mask = source_padding_mask[:, None, :].expand(batch_size, num_keys, num_keys)   # padding keys only
     future = torch.triu(torch.ones(num_queries, num_queries, dtype=torch.bool), diagonal=1)   # (T_q, T_q)
     self_mask = future | target_padding_mask[:, None, :]        # (T_q, T_q) | (B, 1, T_q) -> (B, T_q, T_q)
     cross_mask = source_padding_mask[:, None, :].expand(batch_size, num_queries, num_keys)   # keys only: (B, T_q, T_k)
-    return self_mask, cross_mask
+    return encoder_mask, self_mask, cross_mask
 
 
 def _sizes(target_padding_mask, source_padding_mask):
     return target_padding_mask.shape[0], target_padding_mask.shape[1], source_padding_mask.shape[1]
 
 
+def _causal_in_encoder(target_padding_mask, source_padding_mask):
+    encoder_mask, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask | causal_mask(source_padding_mask.shape[1]), self_mask, cross_mask
+
+
+def _encoder_padding_on_rows(target_padding_mask, source_padding_mask):
+    _, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    num_keys = source_padding_mask.shape[1]
+    return source_padding_mask[:, :, None].expand(-1, num_keys, num_keys), self_mask, cross_mask
+
+
 def _causal_in_cross(target_padding_mask, source_padding_mask):
     batch_size, num_queries, num_keys = _sizes(target_padding_mask, source_padding_mask)
-    self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
-    return self_mask, cross_mask | torch.triu(torch.ones(num_queries, num_keys, dtype=torch.bool), diagonal=1)
+    encoder_mask, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, self_mask, cross_mask | torch.triu(torch.ones(num_queries, num_keys, dtype=torch.bool),
+                                                            diagonal=1)
 
 
 def _target_rows_in_cross(target_padding_mask, source_padding_mask):
-    self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
-    return self_mask, cross_mask | target_padding_mask[:, :, None]
+    encoder_mask, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, self_mask, cross_mask | target_padding_mask[:, :, None]
 
 
 def _source_on_query_axis(target_padding_mask, source_padding_mask):
     batch_size, num_queries, num_keys = _sizes(target_padding_mask, source_padding_mask)
-    self_mask, _ = _reference_masks(target_padding_mask, source_padding_mask)
-    return self_mask, source_padding_mask[:, :, None].expand(batch_size, num_queries, num_keys)
+    encoder_mask, self_mask, _ = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, self_mask, source_padding_mask[:, :, None].expand(batch_size, num_queries, num_keys)
 
 
 def _no_causal(target_padding_mask, source_padding_mask):
     batch_size, num_queries, _ = _sizes(target_padding_mask, source_padding_mask)
-    _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
-    return target_padding_mask[:, None, :].expand(batch_size, num_queries, num_queries), cross_mask
+    encoder_mask, _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, target_padding_mask[:, None, :].expand(batch_size, num_queries, num_queries), cross_mask
 
 
 def _self_padding_on_rows(target_padding_mask, source_padding_mask):
-    _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
-    return causal_mask(target_padding_mask.shape[1]) | target_padding_mask[:, :, None], cross_mask
+    encoder_mask, _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, causal_mask(target_padding_mask.shape[1]) | target_padding_mask[:, :, None], cross_mask
 
 
 def _no_target_padding(target_padding_mask, source_padding_mask):
     batch_size, num_queries, _ = _sizes(target_padding_mask, source_padding_mask)
-    _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
-    return causal_mask(num_queries).expand(batch_size, num_queries, num_queries), cross_mask
+    encoder_mask, _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return encoder_mask, causal_mask(num_queries).expand(batch_size, num_queries, num_queries), cross_mask
+
+
+def _causal_diagonal_hidden(target_padding_mask, source_padding_mask):
+    num_queries = target_padding_mask.shape[1]
+    encoder_mask, _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    hides_itself = torch.ones(num_queries, num_queries, dtype=torch.bool).triu(0)
+    return encoder_mask, hides_itself | target_padding_mask[:, None, :], cross_mask
+
+
+def _causal_one_word_ahead(target_padding_mask, source_padding_mask):
+    num_queries = target_padding_mask.shape[1]
+    encoder_mask, _, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    one_ahead = torch.ones(num_queries, num_queries, dtype=torch.bool).triu(2)
+    return encoder_mask, one_ahead | target_padding_mask[:, None, :], cross_mask
 
 
 decoder_masks = FunctionExercise(
-    "The decoder's two masks",
+    "The three masks of an encoder-decoder",
     "write decoder_masks(target_padding_mask, source_padding_mask): target_padding_mask (B, T_q) and "
-    "source_padding_mask (B, T_k) are True at padding tokens. Return (self_mask, cross_mask), bool, True = hide: "
+    "source_padding_mask (B, T_k) are True at padding tokens. Return (encoder_mask, self_mask, cross_mask), bool, "
+    "True = hide: encoder_mask (B, T_k, T_k) for the encoder's self-attention (queries and keys from the source), "
     "self_mask (B, T_q, T_q) for the decoder's masked self-attention (queries and keys from the target), "
-    "cross_mask (B, T_q, T_k) for its cross-attention (queries from the target, keys from the source). Each mask "
-    "hides exactly what its layer must not see: no word may read what has not been written yet, and no query "
-    "reads padding: hide padding keys (columns), not rows. Decide for each layer which of these apply.",
+    "cross_mask (B, T_q, T_k) for the decoder's cross-attention (queries from the target, keys from the source). "
+    "Each mask hides exactly what its layer must not see: no word may read what has not been written yet, and no "
+    "query reads padding: hide padding keys (columns), not rows. Decide for each layer which of these apply.",
     reference=_reference_masks,
     cases=_mask_cases,
-    hint=["Take the two layers one at a time and ask, for each: which sequence do its keys come from, and what "
-          "must a query not see among those keys, the future, the padding, or both?",
+    hint=["Take the three layers one at a time and ask, for each: which sequence do its keys come from, is that "
+          "sequence complete before the layer runs, and what must a query not see among those keys: the future, "
+          "the padding, or both?",
           "A padding mask hides padding tokens wherever they would be read, the same for every query. Which "
           "tokens does each layer read?"],
     solution=_solution_decoder_masks,
     mistakes=[
+        Mistake(_causal_in_encoder,
+                "your encoder_mask is causal: the encoder reads the whole source, which is complete before it runs, "
+                "so each source token may read every other (section 7: no causal mask in the encoder). Hide only "
+                "the source's padding keys."),
+        Mistake(_encoder_padding_on_rows,
+                "your encoder_mask hides whole rows, those of the source's padding (the query axis). Hide padding "
+                "keys (columns), not rows: the same columns for every query."),
         Mistake(_causal_in_cross,
                 "your cross_mask hides the source tokens after position i from output i: a causal mask does not "
                 "belong in cross-attention. The whole source is known before the first word is written, and "
@@ -115,6 +157,12 @@ decoder_masks = FunctionExercise(
         Mistake(_no_causal,
                 "your self_mask lets a target word see the words after it. The decoder writes one word at a time: "
                 "its self-attention needs the causal mask as well as the padding."),
+        Mistake(_causal_diagonal_hidden,
+                "your self_mask also hides each word's own key (the diagonal, j = i): the causal mask hides only "
+                "the words after it, j > i. Word 0 then has no key left at all."),
+        Mistake(_causal_one_word_ahead,
+                "your self_mask lets each word read the word just after it (j = i + 1): the causal mask hides all "
+                "the words after it, j > i (notebook 04's triu with diagonal=1)."),
         Mistake(_self_padding_on_rows,
                 "your self_mask hides whole rows of the target's padding (the query axis). Hide padding keys "
                 "(columns), not rows: the same columns for every query."),

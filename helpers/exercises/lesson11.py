@@ -47,6 +47,25 @@ def _one_too_many(num_queries, num_keys, window_size):
     return (j > p) | (j < p - window_size)
 
 
+def _one_too_few(num_queries, num_keys, window_size):
+    p, j = torch.arange(num_keys - num_queries, num_keys).unsqueeze(1), torch.arange(num_keys).unsqueeze(0)
+    return (j > p) | (j <= p - window_size + 1)
+
+
+def _hides_itself(num_queries, num_keys, window_size):
+    p, j = torch.arange(num_keys - num_queries, num_keys).unsqueeze(1), torch.arange(num_keys).unsqueeze(0)
+    return (j >= p) | (j <= p - window_size)
+
+
+def _one_future_key(num_queries, num_keys, window_size):
+    p, j = torch.arange(num_keys - num_queries, num_keys).unsqueeze(1), torch.arange(num_keys).unsqueeze(0)
+    return (j > p + 1) | (j <= p - window_size)
+
+
+def _keep_convention(num_queries, num_keys, window_size):
+    return ~_reference_window_mask(num_queries, num_keys, window_size)
+
+
 def _window_only(num_queries, num_keys, window_size):
     p, j = torch.arange(num_keys - num_queries, num_keys).unsqueeze(1), torch.arange(num_keys).unsqueeze(0)
     return j <= p - window_size
@@ -70,6 +89,15 @@ window_mask = FunctionExercise(
                            "tokens: query i sits at position num_keys - num_queries + i."),
         Mistake(_one_too_many, "each query sees window_size + 1 keys: you kept j = p - window_size. The window "
                                "holds the query itself and the window_size - 1 keys before it."),
+        Mistake(_one_too_few, "each query sees only window_size - 1 keys: you also hid j = p - window_size + 1. "
+                              "The window holds the query itself and the window_size - 1 keys before it."),
+        Mistake(_hides_itself, "your mask hides each query from its own key (j = p): a query always sees itself; "
+                               "only the keys after it (j > p) are the future."),
+        Mistake(_one_future_key, "each query also sees the key just after it (j = p + 1): hide the keys after "
+                                 "the query, j > p, as the causal mask does."),
+        Mistake(_keep_convention, "your mask is True where a key is seen: the task asks for True = hide (the "
+                                  "course's convention). PyTorch's F.scaled_dot_product_attention takes the "
+                                  "opposite; here, invert it."),
         Mistake(_window_only, "your mask lets every query see the keys after it: a window does not replace the "
                               "causal mask, it adds to it."),
     ],
@@ -151,6 +179,16 @@ def _rope_top_left(queries, keys, values, cached_keys, cached_values):
     return _attend(apply_rope(queries, positions), all_keys, all_values, bottom_right=False)
 
 
+def _torch_sdpa_with_hide_mask(queries, keys, values, cached_keys, cached_values):
+    num_cached, num_new = cached_keys.shape[1], queries.shape[1]
+    positions = torch.arange(num_cached, num_cached + num_new)
+    all_keys = torch.cat([cached_keys, apply_rope(keys, positions)], dim=1)
+    all_values = torch.cat([cached_values, values], dim=1)
+    mask = decode_mask(num_new, num_cached + num_new)                      # True = hide, given as True = take part
+    return torch.nn.functional.scaled_dot_product_attention(apply_rope(queries, positions), all_keys, all_values,
+                                                            attn_mask=mask)
+
+
 def _attend(queries, keys, values, bottom_right=True):
     num_new, num_keys = queries.shape[1], keys.shape[1]
     offset = num_keys - num_new if bottom_right else 0
@@ -166,7 +204,8 @@ rope_cache = SpotTheBug(
     "values (B, T_q, D) of the new tokens, not rotated yet; cached_keys (B, num_cached, D) already rotated at "
     "positions 0 .. num_cached - 1 when they were cached; cached_values (B, num_cached, D). The code runs, and its "
     "answer is right when the cache is empty, but wrong otherwise. Find the bug and fix it. apply_rope, "
-    "decode_mask and the course's scaled_dot_product_attention (or your own softmax) may all be used.",
+    "decode_mask (True = hide) and the course's scaled_dot_product_attention (True = hide; PyTorch's "
+    "F.scaled_dot_product_attention takes the opposite) or your own softmax may all be used.",
     reference=_reference_rope_step,
     cases=_rope_cases,
     hint=["Take 1 new token after 5 cached ones. At which position does it stand, and at which position does "
@@ -188,5 +227,9 @@ rope_cache = SpotTheBug(
         Mistake(_rope_top_left, "your mask is aligned top-left, as is_causal=True aligns it: new query i then sees keys "
                            "0..i only. The new queries are the last tokens: query i sits at position "
                            "num_cached + i and sees every key up to it (section 2, bottom-right)."),
+        Mistake(_torch_sdpa_with_hide_mask, "the positions are right, but decode_mask (True = hide) went into "
+                                            "F.scaled_dot_product_attention, whose boolean attn_mask means True = "
+                                            "take part: each query then reads only the keys it must not see. Pass "
+                                            "~mask to F's version, or use the course's scaled_dot_product_attention."),
     ],
 )

@@ -21,8 +21,8 @@ __all__ = ["sinusoidal_figure", "rope_scores", "rope_explorer", "long_sequence_f
 
 
 def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, ...] = (0, 20)) -> CourseFigure:
-    """Left: the encoding ``P`` ``(T, d_in)`` as a heatmap. Right: ``P_i . P_{i+k}`` against the distance ``k``,
-    one curve per start ``i`` in ``starts``; the curves coincide because the dot product depends on ``k`` only."""
+    """Left: the encoding ``P`` ``(T, d_in)`` as a heatmap. Right: ``P_i . P_j`` against the distance ``j - i``,
+    one curve per start ``i`` in ``starts``; the curves coincide because the dot product depends on ``j - i`` only."""
     encoding = sinusoidal_positions(num_tokens, d_in)                           # (T, d_in)
     fig = new_figure(12.0, 4.6, ncols=2)
     left, right = fig.axes
@@ -38,10 +38,10 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
         distances = torch.arange(span)
         dots = (encoding[start] * encoding[start + distances]).sum(dim=-1)     # (span,)
         right.plot(distances, dots, marker="o" if start == starts[0] else "", markersize=3,
-                   linestyle="-" if start == starts[0] else "--", label=f"$P_{{{start}}} \\cdot P_{{{start}+k}}$")
+                   linestyle="-" if start == starts[0] else "--", label=f"$i = {start}$: $P_{{{start}}} \\cdot P_j$")
     right.axhline(0, color="gray", linewidth=0.8)
-    right.set(xlabel="distance $k$ between the two positions", ylabel="dot product",
-              title="Dot product of two position vectors:\n$P_i \\cdot P_{i+k}$ against $k$")
+    right.set(xlabel="distance $j - i$ between the two positions", ylabel="dot product",
+              title="Dot product of two position vectors:\n$P_i \\cdot P_j$ against $j - i$")
     right.legend(loc="upper right")
     return fig
 
