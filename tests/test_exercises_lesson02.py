@@ -238,7 +238,7 @@ def test_the_notebook_states_only_what_is_checked():
     exercise_1 = text[text.index("### Exercise 1"):text.index("### Exercise 2")]
     assert "large" in exercise_1 and "very negative" in exercise_1 and "peaked" in exercise_1
     assert "watches" not in text and "the checker rejects" not in text
-    assert "every score is -inf" in exercise_1 and "log_softmax" in exercise_1 and "logsumexp" in exercise_1
+    assert "every score is `-inf`" in exercise_1 and "log_softmax" in exercise_1 and "logsumexp" in exercise_1
     rules = {name: getattr(lesson02, name).rules for name in lesson02.__all__}
     assert "helpers.softmax_stable" in rules["stable_softmax"][0].watch
     assert "torch.log_softmax" in rules["stable_softmax"][0].watch

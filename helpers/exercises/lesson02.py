@@ -170,16 +170,16 @@ def _attention_cases(g: torch.Generator) -> list[Case]:
 def buggy_attention(queries, keys, values):
     # queries (..., T_q, d_k), keys (..., T_k, d_k), values (..., T_k, d_v)
     d_k = queries.shape[-1]
-    attn_scores = keys @ queries.transpose(-2, -1) / math.sqrt(d_k)
-    attn_weights = torch.softmax(attn_scores, dim=-1)                 # each row sums to 1
+    scaled_scores = keys @ queries.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(scaled_scores, dim=-1)               # each row sums to 1
     return attn_weights @ values, attn_weights
 
 
 def _solution_attention(queries, keys, values):
     d_k = queries.shape[-1]
     # One row per query, one column per key: (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
-    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(d_k)
-    attn_weights = torch.softmax(attn_scores, dim=-1)                 # over the keys: each query's row sums to 1
+    scaled_scores = queries @ keys.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(scaled_scores, dim=-1)               # over the keys: each query's row sums to 1
     return attn_weights @ values, attn_weights                        # (..., T_q, T_k) @ (..., T_k, d_v)
 
 
