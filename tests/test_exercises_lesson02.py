@@ -34,19 +34,62 @@ def test_the_notebook_offers_an_exercise_to_write_and_a_spot_the_bug():
 ])
 def test_stable_softmax_rejects_every_softmax_call(call):
     feedback = lesson02.stable_softmax.check(call)
-    assert not feedback and "not to call" in feedback.message
+    assert not feedback and "no built-in softmax" in feedback.message
 
 
-def test_stable_softmax_accepts_other_ways_to_shift():
-    def with_logsumexp(scores):
-        return torch.exp(scores - torch.logsumexp(scores, dim=-1, keepdim=True))
+@pytest.mark.parametrize("call", [
+    lambda s: torch.log_softmax(s, dim=-1).exp(),                              # issue 34: a log-softmax, undone
+    lambda s: s.log_softmax(dim=-1).exp(),
+    lambda s: F.log_softmax(s, dim=-1).exp(),
+    lambda s: torch.special.log_softmax(s, dim=-1).exp(),
+    lambda s: torch.exp(s - torch.logsumexp(s, dim=-1, keepdim=True)),          # the normaliser, shift built in
+    lambda s: (s - s.logsumexp(dim=-1, keepdim=True)).exp(),
+    lambda s: F.softmin(-s, dim=-1),
+    lambda s: torch.nn.Softmax(dim=-1)(s),
+    lambda s: torch._safe_softmax(s, -1),
+])
+def test_stable_softmax_rejects_every_function_of_the_softmax_family(call):
+    """Issue 34: "without any built-in softmax" is a class, not a list: log_softmax, softmin, logsumexp and a
+    module wrapping them are all the built-in doing the work."""
+    feedback = lesson02.stable_softmax.check(call)
+    assert not feedback and "no built-in softmax" in feedback.message, feedback.message
 
-    def with_amax(scores):
-        exps = (scores - scores.amax(dim=-1, keepdim=True)).exp()
-        return exps / exps.sum(dim=-1, keepdim=True)
 
-    assert lesson02.stable_softmax.check(with_logsumexp).passed
-    assert lesson02.stable_softmax.check(with_amax).passed
+def _row_max_guarded(scores):
+    row_max = scores.amax(dim=-1, keepdim=True).clamp_min(torch.finfo(scores.dtype).min)  # -inf -> finite
+    exps = (scores - row_max).exp()
+    return exps / exps.sum(dim=-1, keepdim=True).clamp_min(1e-30)
+
+
+def _nan_to_zero_afterwards(scores):
+    exps = torch.exp(scores - scores.max(dim=-1, keepdim=True).values)
+    return torch.nan_to_num(exps / exps.sum(dim=-1, keepdim=True), nan=0.0)
+
+
+def test_stable_softmax_accepts_other_ways_to_shift_and_to_guard_a_hidden_row():
+    for right in (lesson02._solution_stable_softmax, _row_max_guarded, _nan_to_zero_afterwards):
+        feedback = lesson02.stable_softmax.check(right)
+        assert feedback, feedback.message
+
+
+def test_stable_softmax_needs_something_the_lesson_did_not_show_and_names_it():
+    """Issue 34: the exercise copied section 2. A row with every key hidden is new: the plain shift gives nan."""
+    hidden = [c.args[0] for c in lesson02.stable_softmax.cases(torch.Generator().manual_seed(0))
+              if bool(torch.isneginf(c.args[0]).all(dim=-1).any())]
+    assert hidden, "a case with a row of -inf"
+    torch.testing.assert_close(lesson02._reference_softmax(hidden[0]), torch._safe_softmax(hidden[0], -1))
+    assert torch.isnan(torch.softmax(hidden[0], dim=-1)).any()
+    feedback = lesson02.stable_softmax.check(lesson02._shift_without_guard)
+    assert not feedback and "all -inf" in feedback.message and "nan" in feedback.message
+
+
+def test_the_reference_softmax_is_pytorchs_where_a_key_is_visible():
+    g = torch.Generator().manual_seed(3)
+    for case in lesson02.stable_softmax.cases(g):
+        scores = case.args[0]
+        visible = ~torch.isneginf(scores).all(dim=-1)
+        torch.testing.assert_close(lesson02._reference_softmax(scores)[visible], torch.softmax(scores, -1)[visible])
+        torch.testing.assert_close(lesson02._reference_softmax(scores), torch._safe_softmax(scores, -1))
 
 
 def test_stable_softmax_cannot_be_copied_from_a_printed_source():
@@ -195,8 +238,29 @@ def test_the_notebook_states_only_what_is_checked():
     exercise_1 = text[text.index("### Exercise 1"):text.index("### Exercise 2")]
     assert "large" in exercise_1 and "very negative" in exercise_1 and "peaked" in exercise_1
     assert "watches" not in text and "the checker rejects" not in text
+    assert "every score is `-inf`" in exercise_1 and "log_softmax" in exercise_1 and "logsumexp" in exercise_1
     rules = {name: getattr(lesson02, name).rules for name in lesson02.__all__}
     assert "helpers.softmax_stable" in rules["stable_softmax"][0].watch
+    assert "torch.log_softmax" in rules["stable_softmax"][0].watch
     assert "torch.nn.functional.scaled_dot_product_attention" in rules["attention_any_shape"][0].watch
     exercise_2 = text[text.index("### Exercise 2"):]
     assert "T_q" in exercise_2 and "d_v" in exercise_2 and "?" in exercise_2
+
+
+def test_attention_names_a_fixed_scale_from_the_notebook_not_a_wrong_formula():
+    """Issue 34: dividing by a notebook global (section 5's scale = 4) is right where d_k = 16 and equals
+    "divided by d_k" where d_k = 4; the message must name the global, not a formula the answer does not use."""
+    namespace = {"torch": torch, "scale": 4.0}
+    exec("def fixed_attention(queries, keys, values):\n"
+         "    attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / scale, dim=-1)\n"
+         "    return attn_weights @ values, attn_weights\n", namespace)
+    feedback = lesson02.attention_any_shape.check(namespace["fixed_attention"])
+    assert not feedback and "`scale`" in feedback.message, feedback.message
+    assert "instead of its square root" not in feedback.message
+
+    def divides_by_d_k(q, k, v):  # the mistake the message names: still named
+        weights = torch.softmax(q @ k.transpose(-2, -1) / k.shape[-1], dim=-1)
+        return weights @ v, weights
+
+    feedback = lesson02.attention_any_shape.check(divides_by_d_k)
+    assert not feedback and "instead of its square root" in feedback.message

@@ -94,38 +94,38 @@ def _softmax_by_hand(scores, shift=True):
     return exps / exps.sum(dim=-1, keepdim=True)
 
 
-def test_axis_leak_is_a_spot_the_bug_whose_bug_is_named_on_the_first_batch():
-    exercise = lesson04.axis_leak
+def test_causal_on_paper_is_a_spot_the_bug_whose_bug_is_named_on_the_first_batch():
+    exercise = lesson04.causal_on_paper
     assert isinstance(exercise, SpotTheBug)
     feedback = exercise.check(exercise.buggy)
     assert not feedback and "axis 1" in feedback.message and "a batch of 2 sentences" in feedback.message
 
 
-def test_axis_leak_bug_passes_the_lessons_check_and_is_right_on_one_sentence():
+def test_causal_on_paper_bug_passes_the_lessons_check_and_is_right_on_one_sentence():
     """The premise of the task: no weight above the diagonal, right for one sentence, not causal on a batch."""
     generator = torch.Generator().manual_seed(0)
     queries, keys, values = (torch.randn(2, 5, 4, generator=generator) for _ in range(3))
-    _, weights = lesson04.axis_leak.buggy(queries, keys, values)
+    _, weights = lesson04.causal_on_paper.buggy(queries, keys, values)
     assert not (weights * helpers.causal_mask(5)).any()                                 # check_no_future passes
-    torch.testing.assert_close(lesson04.axis_leak.buggy(queries[0], keys[0], values[0])[0],
-                               lesson04.axis_leak.reference(queries[0], keys[0], values[0])[0])
+    torch.testing.assert_close(lesson04.causal_on_paper.buggy(queries[0], keys[0], values[0])[0],
+                               lesson04.causal_on_paper.reference(queries[0], keys[0], values[0])[0])
     changed = [t.clone() for t in (queries, keys, values)]
     for t in changed:
         t[:, -1] += 1.0                                                                     # change the last token
-    before, after = lesson04.axis_leak.buggy(queries, keys, values)[0], lesson04.axis_leak.buggy(*changed)[0]
+    before, after = lesson04.causal_on_paper.buggy(queries, keys, values)[0], lesson04.causal_on_paper.buggy(*changed)[0]
     assert not torch.allclose(before[:, 0], after[:, 0])                                    # output 0 moved
 
 
 @pytest.mark.parametrize("answer", [
-    lesson04.axis_leak._solution,
+    lesson04.causal_on_paper._solution,
     _attention(lambda s: torch.softmax(s, dim=-1)),
     _attention(lambda s: s.softmax(s.dim() - 1)),
     _attention(lambda s: torch.nn.functional.softmax(s, dim=-1)),
     _attention(_softmax_by_hand),
     lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v, mask=helpers.causal_mask(q.shape[-2])),
 ])
-def test_axis_leak_accepts_every_right_fix(answer):
-    feedback = lesson04.axis_leak.check(answer)
+def test_causal_on_paper_accepts_every_right_fix(answer):
+    feedback = lesson04.causal_on_paper.check(answer)
     assert feedback, feedback.message
 
 
@@ -140,16 +140,16 @@ def test_axis_leak_accepts_every_right_fix(answer):
     (lambda q, k, v: _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)[0], "value(s), expected 2"),
     (lambda q, k, v: tuple(t.double() for t in _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)), None),
 ])
-def test_axis_leak_rejects_plausible_wrong_fixes(wrong, words):
-    feedback = lesson04.axis_leak.check(wrong)
+def test_causal_on_paper_rejects_plausible_wrong_fixes(wrong, words):
+    feedback = lesson04.causal_on_paper.check(wrong)
     if words is None:      # float64 answers are accepted: the values are what counts
         assert feedback, feedback.message
         return
     assert not feedback and words in feedback.message, feedback.message
 
 
-def test_axis_leak_checks_large_very_negative_and_single_token_inputs():
-    cases = lesson04.axis_leak.cases(torch.Generator().manual_seed(0))
+def test_causal_on_paper_checks_large_very_negative_and_single_token_inputs():
+    cases = lesson04.causal_on_paper.cases(torch.Generator().manual_seed(0))
     scores = [c.args[0] @ c.args[1].transpose(-2, -1) / c.args[0].shape[-1] ** 0.5 for c in cases]
     assert max(float(s.max()) for s in scores) > 100                      # exp overflows in float32 above 88
     assert any(float(s.max()) < -100 for s in scores)                     # every exp underflows to 0
@@ -158,11 +158,11 @@ def test_axis_leak_checks_large_very_negative_and_single_token_inputs():
 
 
 @pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
-def test_axis_leak_explains_answers_with_infinities_or_nan(spoil):
+def test_causal_on_paper_explains_answers_with_infinities_or_nan(spoil):
     def spoiled(q, k, v):
-        context_vecs, weights = lesson04.axis_leak._solution(q, k, v)
+        context_vecs, weights = lesson04.causal_on_paper._solution(q, k, v)
         return context_vecs, weights.masked_fill(~helpers.causal_mask(q.shape[-2]), spoil)
-    feedback = lesson04.axis_leak.check(spoiled)
+    feedback = lesson04.causal_on_paper.check(spoiled)
     assert feedback.status == "wrong" and "output 2" in feedback.message, feedback.message
 
 
@@ -186,3 +186,12 @@ def test_at_least_one_exercise_is_not_spot_the_bug():
     exercises = [getattr(lesson04, name) for name in lesson04.__all__]
     assert any(not isinstance(e, SpotTheBug) for e in exercises)
     assert any(isinstance(e, SpotTheBug) for e in exercises)
+
+
+def test_the_spot_the_bug_name_in_the_learners_cell_does_not_name_the_bug():
+    """Issue 34: `lesson04.axis_leak` told the learner, in the cell they edit, that the bug is an axis."""
+    assert lesson04.__all__ == ["influence", "causal_on_paper"]
+    assert lesson04.causal_on_paper.name == "lesson04.causal_on_paper"
+    for word in ("axis", "dim", "softmax", "leak"):
+        assert word not in lesson04.causal_on_paper.name and word not in lesson04.causal_on_paper.title.lower()
+    assert lesson04.axis_leak is lesson04.causal_on_paper, "older copies of notebook 04 still run"

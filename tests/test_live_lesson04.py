@@ -40,7 +40,11 @@ def test_the_row_shows_the_causal_bars_over_the_unmasked_outlines(weights):
     assert leak > 0.0
     assert explorer.query_bars.ax.get_title().endswith(f"without the mask, {leak:.2f} on later keys")
     labels = [t.get_text() for t in explorer.query_bars.ax.get_legend().get_texts()]
-    assert labels == ["with the mask: $A$", "the query itself", "without the mask", "keys after the query"]
+    assert labels == ["with the mask: $A$", "without the mask", "keys after the query: 0 in $A$"]
+    # issue 34: one colour for A (a red "query itself" read as a series of its own), no "0.00" over the outlines
+    assert {bar.get_facecolor() for bar in explorer.query_bars.bars} == {explorer.query_bars.bars[0].get_facecolor()}
+    shown = [text.get_text() for text in explorer.query_bars.texts]
+    assert shown[:3] == [f"{w:.2f}" for w in causal[2, :3].tolist()] and shown[3:] == ["", "", ""]
     assert explorer.query_bars.ax.get_ylim() == (0.0, 1.08)  # weights lie in 0..1
 
 

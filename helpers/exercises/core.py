@@ -532,9 +532,13 @@ class FunctionExercise:
     def _compare(self, got: tuple, expected: tuple, case: Case, previous, function) -> str | None:
         if self._all_close(got, expected):
             return None
-        # A known mistake is named before anything else: its message is the most precise one we have.
+        # A known mistake is named before anything else: its message is the most precise one we have. Unless the
+        # function reads a number from the notebook and the mistake does not explain its earlier answers: dividing
+        # by a global `scale = 4` is right where d_k = 16 and looks like "divided by d_k" where d_k = 4, yet the
+        # global is what is wrong (named below).
+        outside = _globals_read(function)
         for mistake in self.mistakes:
-            if self._matches(mistake, got, case):
+            if self._matches(mistake, got, case) and (not outside or self._explains_earlier(mistake, previous)):
                 return mistake.message
         if len(got) != len(expected):
             return f"your function returned {len(got)} value(s), expected {len(expected)}."
@@ -545,7 +549,6 @@ class FunctionExercise:
                 return which + problem
         if self.properties is not None:
             return self.properties(got if len(got) > 1 else got[0], case, function)
-        outside = _globals_read(function)
         if outside:
             names = ", ".join(f"`{name}`" for name in outside)
             return (f"the values are wrong, and your function reads {names} from outside it (a global of the "
@@ -613,6 +616,12 @@ class FunctionExercise:
         except Exception:  # a mistake that crashes on this case cannot be what the learner wrote
             return False
         return len(wrong) == len(got) and self._all_close(got, wrong)
+
+    def _explains_earlier(self, mistake: Mistake, previous) -> bool:
+        """Whether ``mistake`` gives the learner's answers to every earlier input too (always, for random answers)."""
+        if self.properties is not None:  # a random answer is judged by its properties, draw by draw
+            return True
+        return all(self._matches(mistake, earlier_got, earlier_case) for earlier_case, earlier_got, _ in previous)
 
     def _first_difference(self, got: tuple, expected: tuple) -> str:
         for position, (answer, right) in enumerate(zip(got, expected)):

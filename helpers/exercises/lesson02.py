@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import math
+import re
 
 import torch
 
 from ..attention import scaled_dot_product_attention, softmax_stable
 from ._inputs import journey_inputs, randn
-from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+from .core import Case, FunctionExercise, Mistake, Rule, SpotTheBug, forbids
 
 __all__ = ["stable_softmax", "attention_any_shape"]
 
@@ -26,7 +28,53 @@ def _softmax_cases(g: torch.Generator) -> list[Case]:
         Case("sharply peaked rows [[0, -1000, -1000], [3, 1, 200]]",
              (torch.tensor([[0.0, -1000.0, -1000.0], [3.0, 1.0, 200.0]]),)),
         Case("a row with a hidden entry (-inf)", (torch.tensor([1.0, float("-inf"), 2.0]),)),
+        Case("a (3, 3) matrix whose middle row is all -inf (every key hidden: its weights must all be 0)",
+             (torch.tensor([[1.0, float("-inf"), 2.0], [float("-inf")] * 3, [0.0, 0.0, 0.0]]),)),
     ]
+
+
+def _reference_softmax(scores):
+    """The course's stable softmax, with weight 0 for every key of a row whose scores are all -inf.
+
+    torch.softmax gives nan there (0/0); PyTorch's fused attention gives such a row zeros, as does its
+    ``torch._safe_softmax`` (tests/test_exercises_lesson02.py compares the two)."""
+    hidden = torch.isneginf(scores).all(dim=-1, keepdim=True)         # (..., 1): a row with nothing to attend to
+    weights = softmax_stable(scores.masked_fill(hidden, 0.0))          # such a row is given any finite scores ...
+    return weights.masked_fill(hidden, 0.0)                            # ... and then weight 0 everywhere
+
+
+# Every built-in of the softmax family: the softmax, its log and its mirror image (softmin), and the log-sum-exp
+# that is a softmax's normaliser with the shift already built in. Found by name, so a new relative is covered too.
+_SOFTMAX_FAMILY = re.compile(r"soft(max|min)|logsumexp")
+
+
+def _softmax_family() -> tuple[str, ...]:
+    names = []
+    for owner in ("torch", "torch.nn.functional", "torch.special", "torch.Tensor", "torch.sparse"):
+        holder = torch.Tensor if owner == "torch.Tensor" else importlib.import_module(owner)
+        for attribute in sorted(dir(holder)):
+            if (_SOFTMAX_FAMILY.search(attribute) and not any(w in attribute for w in ("backward", "_get_"))
+                    and callable(getattr(holder, attribute))):
+                names.append(f"{owner}.{attribute}")
+    return (*names, "helpers.softmax_stable", "helpers.attention.softmax_stable", "helpers.attention.softmax_naive")
+
+
+class _NoBuiltinSoftmax(Rule):
+    """No call of any function of the softmax family (torch.softmax, log_softmax, softmin, logsumexp, ...)."""
+
+    def __init__(self):
+        self.watch = _softmax_family()
+
+    def after(self, calls: list[str]) -> str | None:
+        used = [name for name in calls if name in self.watch]
+        if used:
+            return (f"the task asks for no built-in softmax (no softmax, log_softmax, softmin or logsumexp, from "
+                    f"torch or helpers), and your function calls `{used[0]}`. Write the shift, the exponentials "
+                    f"and the sum yourself.")
+        return None
+
+    def __repr__(self) -> str:
+        return "no_builtin_softmax()"
 
 
 _SHIFT_TOO_SMALL = ("you subtracted a number smaller than the row's maximum (its minimum, or its first entry): an "
@@ -40,28 +88,42 @@ def _shifted_by(shift):
     return softmax
 
 
-def _solution_stable_softmax(scores):
-    shifted = scores - scores.max(dim=-1, keepdim=True).values  # the largest entry becomes 0: exp cannot overflow
+def _shift_without_guard(scores):
+    shifted = scores - scores.max(dim=-1, keepdim=True).values
     exps = torch.exp(shifted)
     return exps / exps.sum(dim=-1, keepdim=True)
+
+
+def _solution_stable_softmax(scores):
+    row_max = scores.max(dim=-1, keepdim=True).values           # (..., 1): each row's largest score
+    row_max = torch.where(row_max == float("-inf"), 0.0, row_max)  # a row of -inf: -inf - (-inf) would be nan
+    exps = torch.exp(scores - row_max)                          # the largest entry becomes 0: exp cannot overflow
+    sums = exps.sum(dim=-1, keepdim=True)                       # at least 1, or 0 for a row with every key hidden
+    return exps / torch.where(sums == 0, 1.0, sums)             # 0 / 1 = 0 there, instead of 0 / 0
 
 
 stable_softmax = FunctionExercise(
     "Stable softmax",
     "write stable_softmax(scores) that normalises the last dimension of `scores` (any shape) with softmax, "
-    "right for large, very negative and sharply peaked rows, and without calling any built-in softmax "
-    "(torch.softmax and its relatives, helpers.softmax_stable).",
-    reference=softmax_stable,
+    "right for large, very negative and sharply peaked rows and a row with a -inf entry, and giving weight 0 to "
+    "every key of a row whose scores are all -inf (torch.softmax gives nan there), without calling any built-in "
+    "softmax (softmax, log_softmax, softmin or logsumexp, from torch or helpers).",
+    reference=_reference_softmax,
     cases=_softmax_cases,
     hint=["Which number in a row makes exp overflow? What happens to a row's softmax if you subtract the same "
           "number from every entry of that row?",
           "Each row needs its own number, and it must broadcast back against the row: look at keepdim.",
-          "With a dim argument, .max returns two tensors, the largest values and where they are: keep the first."],
+          "With a dim argument, .max returns two tensors, the largest values and where they are: keep the first.",
+          "A row of -inf: what is its maximum, and what is -inf minus that? Which number could you subtract "
+          "instead, and what does the sum of its exponentials become? torch.where picks, entry by entry, "
+          "between two tensors."],
     solution=_solution_stable_softmax,
-    rules=[forbids("torch.softmax", "torch.nn.functional.softmax", "torch.Tensor.softmax", "torch.special.softmax",
-                   "helpers.softmax_stable", "helpers.attention.softmax_stable",
-                   why="Write the exponentials and the sum yourself.")],
+    rules=[_NoBuiltinSoftmax()],
     mistakes=[
+        Mistake(_shift_without_guard,
+                "right on every row that has a visible key, but the row whose scores are all -inf gives nan: its "
+                "maximum is -inf, and -inf - (-inf) is nan. Such a row has nothing to attend to: give every key "
+                "weight 0 (subtract a finite number there, and do not divide 0 by 0)."),
         # Shifting by another number than the maximum also cancels, but only the maximum keeps every exponent
         # <= 0 and the largest one at exactly 0 (no overflow, no 0/0). These come first: on a peaked row their
         # nan looks like the unshifted one's.
@@ -108,16 +170,16 @@ def _attention_cases(g: torch.Generator) -> list[Case]:
 def buggy_attention(queries, keys, values):
     # queries (..., T_q, d_k), keys (..., T_k, d_k), values (..., T_k, d_v)
     d_k = queries.shape[-1]
-    attn_scores = keys @ queries.transpose(-2, -1) / math.sqrt(d_k)
-    attn_weights = torch.softmax(attn_scores, dim=-1)                 # each row sums to 1
+    scaled_scores = keys @ queries.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(scaled_scores, dim=-1)               # each row sums to 1
     return attn_weights @ values, attn_weights
 
 
 def _solution_attention(queries, keys, values):
     d_k = queries.shape[-1]
     # One row per query, one column per key: (..., T_q, d_k) @ (..., d_k, T_k) -> (..., T_q, T_k)
-    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(d_k)
-    attn_weights = torch.softmax(attn_scores, dim=-1)                 # over the keys: each query's row sums to 1
+    scaled_scores = queries @ keys.transpose(-2, -1) / math.sqrt(d_k)
+    attn_weights = torch.softmax(scaled_scores, dim=-1)               # over the keys: each query's row sums to 1
     return attn_weights @ values, attn_weights                        # (..., T_q, T_k) @ (..., T_k, d_v)
 
 

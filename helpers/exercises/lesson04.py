@@ -1,7 +1,7 @@
 """Exercises for notebook 04: causal attention.
 
 1. ``influence``: a causality check that needs no weights: which outputs change when one token changes?
-2. ``axis_leak`` (spot the bug): causal attention written for one sentence, then fed batches. The softmax runs
+2. ``causal_on_paper`` (spot the bug): causal attention written for one sentence, then fed batches. The softmax runs
    over axis 1, the keys of a ``(T, T)`` table but the queries of a ``(B, T, T)`` one: no weight lies above the
    diagonal, yet early outputs depend on later tokens through the normaliser. A bug the lesson does not show,
    which its ``check_no_future`` misses and exercise 1's test catches.
@@ -17,7 +17,7 @@ from ..modules import CausalAttention
 from ._inputs import randn
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids, no_loops
 
-__all__ = ["influence", "axis_leak"]
+__all__ = ["influence", "causal_on_paper"]
 
 
 # --- 1. who influences whom: a causality check that needs only the outputs ----------------------------------
@@ -258,7 +258,7 @@ def _with_softmax_over(axis, renormalise=False):
     return attention
 
 
-axis_leak = SpotTheBug(
+causal_on_paper = SpotTheBug(
     "Spot the bug: causal on paper",
     "causal_attention(queries, keys, values) returns (context_vecs, attn_weights). It was written and checked for "
     "one sentence, (num_tokens, d_k). Fed a batch, (batch_size, num_tokens, d_k), it runs, check_no_future finds "
@@ -288,3 +288,6 @@ axis_leak = SpotTheBug(
                 "afterwards does not undo that: take the softmax over the keys in the first place."),
     ],
 )
+
+# The exercise's first name, which told the learner where the bug is; kept so that older copies of notebook 04 run.
+axis_leak = causal_on_paper

@@ -2,8 +2,9 @@
 
 * :func:`causal_explorer` is the lesson's "what may each token see?" figure: the weights without the mask and the
   causal weights ``A`` side by side (the chosen query's row outlined in both), and that row as bars: filled for
-  ``A`` (the query itself in red), a dashed outline for the weights without the mask, the keys in the query's
-  future on a grey band, on a 0..1 axis with the legend below. A slider walks the query along the sentence.
+  ``A``, a dashed outline for the weights without the mask, the keys in the query's future on a grey band (their
+  weight in ``A`` is 0, so they carry no number), on a 0..1 axis with the legend below. A slider walks the query
+  along the sentence.
 * :func:`weights_side_by_side` draws two weight matrices on the same fixed 0..1 scale (before/after a change).
 * :func:`mask_and_weights` draws a padded sentence's mask (future and padding in two shades) next to its weights.
 
@@ -74,9 +75,8 @@ def causal_explorer(unmasked_weights: torch.Tensor, causal_weights: torch.Tensor
     future_zone = bars_ax.add_patch(Rectangle((0.5, 0.0), num_tokens, 1.08, color="0.88", zorder=0))
     bars_ax.set_xlim(-0.6, num_tokens - 0.4)  # fixed, whatever the width of the grey band
     bars_ax.legend(handles=[Patch(facecolor="tab:blue", label="with the mask: $A$"),
-                            Patch(facecolor="tab:red", label="the query itself"),
                             Patch(fill=False, edgecolor="#252525", linestyle="--", label="without the mask"),
-                            Patch(facecolor="0.88", label="keys after the query")],
+                            Patch(facecolor="0.88", label="keys after the query: 0 in $A$")],
                    loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=9.5, frameon=False)
 
     def redraw(query: int) -> None:
@@ -90,8 +90,10 @@ def causal_explorer(unmasked_weights: torch.Tensor, causal_weights: torch.Tensor
             future = "no later keys: nothing to hide"
         else:
             future = f"without the mask, {future_weight(unmasked, query):.2f} on later keys"
-        query_bars.update(causal[query], highlight=query,
-                          title=f"Row {query} ('{tokens[query]}')\n{future}")
+        query_bars.update(causal[query], title=f"Row {query} ('{tokens[query]}')\n{future}")
+        for key, text in enumerate(query_bars.texts):  # a hidden key's 0 is said by the band, not over its outline
+            if key > query:
+                text.set_text("")
 
     explorer = LiveFigure(fig, redraw, {"query": int_slider("query i", query, 0, num_tokens - 1)},
                           animated=[*unmasked_bars, future_zone])
