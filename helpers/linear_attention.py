@@ -31,9 +31,12 @@ RECALL_METHODS = ("softmax", "linear", "delta rule", "best state")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """``phi(x) = elu(x) + 1``: ``x + 1`` for ``x > 0``, ``exp(x)`` below; always positive. Shape unchanged."""
+    """``phi(x) = elu(x) + 1``: ``x + 1`` for ``x > 0``, ``exp(x)`` below; positive. Shape unchanged.
+
+    Written as ``exp(x)`` rather than ``F.elu(x) + 1``: in float32, ``elu(-30) + 1 = (e^-30 - 1) + 1`` rounds to 0.
+    """
     check_float_tensor("x", x)
-    return F.elu(x) + 1.0
+    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0.0)))
 
 
 def _check_qkv(queries, keys, values) -> None:
