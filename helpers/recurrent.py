@@ -5,8 +5,8 @@ Katharopoulos et al. (2020) replace ``exp(q . k / sqrt(d_k))`` by ``phi(q) . phi
 
     o_t = sum_{j <= t} (phi(q_t) . phi(k_j)) v_j / sum_{j <= t} phi(q_t) . phi(k_j),
 
-regroups as ``o_t = phi(q_t) S_t / (phi(q_t) . z_t)`` with the running state ``S_t = sum_{j <= t} phi(k_j)^T v_j``
-``(d_k, d_v)`` and normaliser ``z_t = sum_{j <= t} phi(k_j)`` ``(d_k,)``: the same numbers, in constant memory per
+regroups as ``o_t = phi(q_t) S_t / (phi(q_t) . n_t)`` with the running state ``S_t = sum_{j <= t} phi(k_j)^T v_j``
+``(d_k, d_v)`` and normaliser ``n_t = sum_{j <= t} phi(k_j)`` ``(d_k,)``: the same numbers, in constant memory per
 token. The delta rule (DeltaNet; Schlag et al. 2021, Yang et al. 2024) writes into the state by correcting what a
 key already reads, ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})``, and reads ``o_t = q_t S_t``.
 
@@ -71,30 +71,30 @@ def linear_attention_recurrent(queries: torch.Tensor, keys: torch.Tensor, values
                                feature_map: Callable[[torch.Tensor], torch.Tensor] = elu_feature_map,
                                state: tuple[torch.Tensor, torch.Tensor] | None = None
                                ) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]:
-    """The recurrent form, one token at a time: ``(context_vecs (..., T, d_v), (S (..., d_k, d_v), z (..., d_k)))``.
+    """The recurrent form, one token at a time: ``(context_vecs (..., T, d_v), (state (..., d_k, d_v), normaliser (..., d_k)))``.
 
     ``state`` continues from an earlier call (the state it returned), as a cache would.
     """
     _check_qkv(queries, keys, values)
     phi_q, phi_k = feature_map(queries), feature_map(keys)                      # (..., T, d_k)
     if state is None:
-        S = queries.new_zeros(*queries.shape[:-2], queries.shape[-1], values.shape[-1])  # (..., d_k, d_v)
-        z = queries.new_zeros(*queries.shape[:-2], queries.shape[-1])                    # (..., d_k)
+        state = queries.new_zeros(*queries.shape[:-2], queries.shape[-1], values.shape[-1])  # (..., d_k, d_v)
+        normaliser = queries.new_zeros(*queries.shape[:-2], queries.shape[-1])               # (..., d_k)
     else:
-        S, z = state
+        state, normaliser = state
     outputs = []
     for t in range(queries.shape[-2]):
-        S = S + phi_k[..., t, :, None] * values[..., t, None, :]                # add phi(k_t)^T v_t: (..., d_k, d_v)
-        z = z + phi_k[..., t, :]                                                 # add phi(k_t)
-        numerator = (phi_q[..., t, None, :] @ S)[..., 0, :]                     # phi(q_t) S_t: (..., d_v)
-        denominator = (phi_q[..., t, :] * z).sum(dim=-1, keepdim=True)          # phi(q_t) . z_t: (..., 1)
+        state = state + phi_k[..., t, :, None] * values[..., t, None, :]        # add phi(k_t)^T v_t: (..., d_k, d_v)
+        normaliser = normaliser + phi_k[..., t, :]                               # add phi(k_t)
+        numerator = (phi_q[..., t, None, :] @ state)[..., 0, :]                 # phi(q_t) S_t: (..., d_v)
+        denominator = (phi_q[..., t, :] * normaliser).sum(dim=-1, keepdim=True)  # phi(q_t) . n_t: (..., 1)
         outputs.append(numerator / denominator)
-    return torch.stack(outputs, dim=-2), (S, z)
+    return torch.stack(outputs, dim=-2), (state, normaliser)
 
 
 def delta_rule_recurrent(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, betas: torch.Tensor,
                          state: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The delta rule: ``(context_vecs (..., T, d_v), S (..., d_k, d_v))``, keys best of unit length.
+    """The delta rule: ``(context_vecs (..., T, d_v), state (..., d_k, d_v))``, keys best of unit length.
 
     ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})`` with ``betas`` ``(..., T)`` in ``[0, 1]``: with
     ``beta = 1`` the key ``k_t`` afterwards reads exactly ``v_t``; ``o_t = q_t S_t``.
@@ -106,13 +106,13 @@ def delta_rule_recurrent(queries: torch.Tensor, keys: torch.Tensor, values: torc
                          f"got {tuple(betas.shape)}")
     if state is None:
         state = queries.new_zeros(*queries.shape[:-2], queries.shape[-1], values.shape[-1])
-    S, outputs = state, []
+    outputs = []
     for t in range(queries.shape[-2]):
         key = keys[..., t, None, :]                                              # (..., 1, d_k)
-        error = values[..., t, None, :] - key @ S                                # what k_t should read, minus what it reads
-        S = S + betas[..., t, None, None] * key.transpose(-2, -1) @ error        # (..., d_k, 1) @ (..., 1, d_v)
-        outputs.append((queries[..., t, None, :] @ S)[..., 0, :])               # q_t S_t
-    return torch.stack(outputs, dim=-2), S
+        error = values[..., t, None, :] - key @ state                            # what k_t should read, minus what it reads
+        state = state + betas[..., t, None, None] * key.transpose(-2, -1) @ error  # (..., d_k, 1) @ (..., 1, d_v)
+        outputs.append((queries[..., t, None, :] @ state)[..., 0, :])           # q_t S_t
+    return torch.stack(outputs, dim=-2), state
 
 
 def associative_recall(method: str, num_pairs: int, dim: int = 16, sharpness: float = 4.0, trials: int = 100,
@@ -123,9 +123,9 @@ def associative_recall(method: str, num_pairs: int, dim: int = 16, sharpness: fl
     key, as a query, must read back its own value: a look-up is right when the value read is closer (cosine) to
     that value than to any other stored one. Queries and keys are scaled by ``sharpness`` for the softmax and for
     linear attention alike. ``method``: ``"softmax"`` attends over all stored pairs (the cache), ``"linear"`` reads
-    the state ``S, z`` of :func:`linear_attention_recurrent`, ``"delta rule"`` the state of
-    :func:`delta_rule_recurrent` (``beta = 1``), and ``"best state"`` the ``(dim, dim)`` state ``S`` that least-squares
-    fits ``keys @ S = values``: no state of that size reads the values back better, on average over the squares.
+    the state and normaliser of :func:`linear_attention_recurrent`, ``"delta rule"`` the state of
+    :func:`delta_rule_recurrent` (``beta = 1``), and ``"best state"`` the ``(dim, dim)`` state that least-squares
+    fits ``keys @ state = values``: no state of that size reads the values back better, on average over the squares.
     """
     if method not in RECALL_METHODS:
         raise ValueError(f"method must be one of {RECALL_METHODS}, got {method!r}")
@@ -138,12 +138,12 @@ def associative_recall(method: str, num_pairs: int, dim: int = 16, sharpness: fl
     if method == "softmax":
         read, _ = scaled_dot_product_attention(sharpness * keys, sharpness * keys, values)  # every key cached
     elif method == "linear":
-        _, (S, z) = linear_attention_recurrent(sharpness * keys, sharpness * keys, values)  # write all pairs
+        _, (state, normaliser) = linear_attention_recurrent(sharpness * keys, sharpness * keys, values)  # write all
         phi_q = elu_feature_map(sharpness * keys)                                          # then read each key
-        read = (phi_q @ S) / (phi_q * z[:, None]).sum(dim=-1, keepdim=True)
+        read = (phi_q @ state) / (phi_q * normaliser[:, None]).sum(dim=-1, keepdim=True)
     elif method == "delta rule":
-        _, S = delta_rule_recurrent(keys, keys, values, torch.ones(trials, num_pairs))
-        read = keys @ S
+        _, state = delta_rule_recurrent(keys, keys, values, torch.ones(trials, num_pairs))
+        read = keys @ state
     else:
         read = keys @ (torch.linalg.pinv(keys) @ values)                                   # the least-squares S
     closeness = F.normalize(read, dim=-1) @ values.transpose(-2, -1)                       # (trials, N, N) cosines

@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from helpers.linear_attention import (RECALL_METHODS, associative_recall, delta_rule_recurrent, elu_feature_map,
+from helpers.recurrent import (RECALL_METHODS, associative_recall, delta_rule_recurrent, elu_feature_map,
                                       linear_attention, linear_attention_recurrent)
 
 
