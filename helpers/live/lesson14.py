@@ -17,6 +17,7 @@ __all__ = ["DTYPES", "CONTEXT_LENGTHS", "cache_memory_explorer", "recall_figure"
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
 CONTEXT_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "best state": "tab:red"}
 
 
 def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int], model: str | None = None,
@@ -101,7 +102,7 @@ def recall_figure(num_pairs: list[int], results: dict[str, list[float]], dim: in
     fig = new_figure(7.5, 3.8)
     ax = fig.axes[0]
     for method, accuracies in results.items():
-        ax.plot(num_pairs, accuracies, marker="o", label=method)
+        ax.plot(num_pairs, accuracies, marker="o", label=method, color=_METHOD_COLOURS.get(method))
     ax.plot(num_pairs, [1 / n for n in num_pairs], linestyle="--", color="gray", label="chance, 1 / N")
     ax.axvline(dim, color="black", linestyle=":", linewidth=1)
     ax.text(dim * 1.05, 0.5, f"N = $d_k$ = {dim}", fontsize=9)
@@ -109,7 +110,7 @@ def recall_figure(num_pairs: list[int], results: dict[str, list[float]], dim: in
     ax.set_xticks(num_pairs, labels=[str(n) for n in num_pairs])
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("stored key/value pairs $N$")
-    ax.set_ylabel("look-ups right")
+    ax.set_ylabel("fraction of look-ups right")
     ax.set_title(f"Reading back one of $N$ stored values ($d_k$ = {dim})")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=9, loc="lower left")
