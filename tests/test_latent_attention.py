@@ -148,3 +148,43 @@ def test_bad_inputs_are_named():
         mla(torch.randn(1, 3, 24), absorbed=1)
     with pytest.raises(ValueError, match="exceed context_length=16"):
         mla(torch.randn(1, 17, 24))
+
+
+class _NoRotaryKey(MultiHeadLatentAttention):
+    """A wrong MLA: the shared rotary key is left out (what a from-scratch MLA without decoupled RoPE computes)."""
+
+    def latents(self, x, positions):
+        latents, rope_keys = super().latents(x, positions)
+        return latents, torch.zeros_like(rope_keys)
+
+
+class _TransposedValueFold(MultiHeadLatentAttention):
+    """A wrong absorption: each head's latent context meets another head's folded W_UV W_o."""
+
+    def absorbed_weights(self):
+        up_keys, up_values_out = super().absorbed_weights()
+        return up_keys, up_values_out.flip(0)
+
+
+class _SharedKeyFold(MultiHeadLatentAttention):
+    """A wrong absorption: one W_UK (the heads' mean) folded into every head's query."""
+
+    def absorbed_weights(self):
+        up_keys, up_values_out = super().absorbed_weights()
+        return up_keys.mean(0, keepdim=True).expand_as(up_keys), up_values_out
+
+
+@pytest.mark.parametrize("wrong_class, path", [(_NoRotaryKey, False), (_NoRotaryKey, True),
+                                               (_TransposedValueFold, True), (_SharedKeyFold, True)])
+def test_the_equality_checks_catch_wrong_variants(wrong_class, path):
+    """Built from the same weights, each wrong variant fails the checks the right module passes."""
+    right = _mla()
+    wrong = wrong_class(**{k: getattr(right, k) for k in ("d_in", "d_out", "context_length", "num_heads",
+                                                           "latent_dim", "rope_dim", "head_dim")}, dropout=0.0)
+    wrong.load_state_dict(right.state_dict())
+    x = torch.randn(2, 9, 24, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        expected = _reference(right, x)
+        torch.testing.assert_close(right(x, absorbed=path), expected)
+        with pytest.raises(AssertionError):
+            torch.testing.assert_close(wrong.eval()(x, absorbed=path), expected)
