@@ -25,6 +25,8 @@ from .heads import *  # noqa: F401,F403
 from .heads import __all__ as _heads_all
 from .induction import *  # noqa: F401,F403
 from .induction import __all__ as _induction_all
+from .latent_attention import *  # noqa: F401,F403
+from .latent_attention import __all__ as _latent_attention_all
 from .masks import *  # noqa: F401,F403
 from .masks import __all__ as _masks_all
 from .modules import *  # noqa: F401,F403
@@ -35,6 +37,8 @@ from .positions import *  # noqa: F401,F403
 from .positions import __all__ as _positions_all
 from .position_model import *  # noqa: F401,F403
 from .position_model import __all__ as _position_model_all
+from .recurrent import *  # noqa: F401,F403
+from .recurrent import __all__ as _recurrent_all
 from .source import *  # noqa: F401,F403
 from .source import __all__ as _source_all
 from .tasks import *  # noqa: F401,F403
@@ -47,6 +51,6 @@ from .toy_model import AttentionOnlyModel, BidirectionalAttention, FetchTask, To
 _toy_model_all = ["AttentionOnlyModel", "BidirectionalAttention", "FetchTask", "ToyTrainingRun", "train_toy_model"]
 
 __all__ = [*_attention_all, *_attention_sinks_all, *_cross_attention_all, *_data_all, *_device_all, *_dropout_all,
-           *_efficient_all, *_generation_all, *_heads_all, *_induction_all, *_masks_all, *_modules_all,
-           *_number_words_all, *_position_model_all, *_positions_all, *_source_all, *_tasks_all, *_training_all,
-           *_toy_model_all]
+           *_efficient_all, *_generation_all, *_heads_all, *_induction_all, *_latent_attention_all, *_masks_all,
+           *_modules_all, *_number_words_all, *_position_model_all, *_positions_all, *_recurrent_all, *_source_all,
+           *_tasks_all, *_training_all, *_toy_model_all]

@@ -168,14 +168,81 @@ def generate(model: TinyCausalLM, prompt_ids: torch.Tensor, num_new_tokens: int,
     return Generation(token_ids, torch.stack(all_logits, dim=1), weights, query_rows, cache)
 
 
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int, bytes_per_value: int = 2,
-                   batch_size: int = 1) -> int:
-    """Memory of a full KV cache: ``2 (K and V) * layers * H_kv * head_dim * T * bytes * batch_size``."""
-    for name, value in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                        ("num_tokens", num_tokens), ("bytes_per_value", bytes_per_value),
-                        ("batch_size", batch_size)):
-        check_positive_int(name, value)
-    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * bytes_per_value * batch_size
+def _check_layer(name: str, layer, num_layers: int) -> int:
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < num_layers:
+        raise ValueError(f"{name} must hold layer indices 0 .. {num_layers - 1}, got {layer!r}")
+    return layer
+
+
+def kv_cache_bytes(num_layers: int, num_kv_heads: int | None = None, head_dim: int | None = None, num_tokens: int = 1,
+                   bytes_per_value: int | None = None, batch_size: int = 1, *, num_heads: int | None = None,
+                   dtype: torch.dtype | None = None, value_head_dim: int | None = None,
+                   window_size: int | None = None, window_layers=None, shared_layers: dict | None = None,
+                   latent_dim: int | None = None, rope_dim: int | None = None) -> int:
+    """Bytes of the cache of a whole model for ``batch_size`` sequences of ``num_tokens`` tokens.
+
+    Per layer and token a layer with key/value heads holds ``H_kv * (head_dim + value_head_dim)`` numbers (keys and
+    values; ``value_head_dim`` defaults to ``head_dim``); a multi-head latent attention layer (``latent_dim`` =
+    ``d_c`` and ``rope_dim`` = ``d_R`` given instead of ``num_kv_heads`` and ``head_dim``) holds ``d_c + d_R``.
+
+    Args:
+        head_dim: the configuration's own ``head_dim``; never derived from ``d_model / num_heads`` (Qwen3-0.6B has
+            ``d_model`` 1024, 16 heads and ``head_dim`` 128).
+        num_heads: query heads ``H``: only checked (a multiple of ``H_kv``), since queries are never cached.
+        bytes_per_value, dtype: the size of one number, as an int or a ``torch.dtype`` (default 2 bytes: bf16).
+        window_size, window_layers: layers with a sliding window of ``window_size`` keep at most that many tokens
+            (a rolling cache); ``window_layers`` lists them (default: every layer).
+        shared_layers: ``{layer: other_layer}`` for layers that read another layer's cache and hold none.
+    """
+    check_positive_int("num_layers", num_layers)
+    check_positive_int("num_tokens", num_tokens)
+    check_positive_int("batch_size", batch_size)
+    latent = latent_dim is not None or rope_dim is not None
+    if latent:
+        if num_kv_heads is not None or head_dim is not None or value_head_dim is not None:
+            raise ValueError("give either num_kv_heads and head_dim (keys and values per head) or latent_dim and "
+                             "rope_dim (multi-head latent attention), not both")
+        check_positive_int("latent_dim", latent_dim)
+        check_positive_int("rope_dim", rope_dim)
+        per_token = latent_dim + rope_dim  # c_KV and the shared rotary key k_R
+    else:
+        if num_kv_heads is None or head_dim is None:
+            raise ValueError("num_kv_heads and head_dim are needed (or latent_dim and rope_dim for latent attention)")
+        check_positive_int("num_kv_heads", num_kv_heads)
+        check_positive_int("head_dim", head_dim)
+        value_head_dim = head_dim if value_head_dim is None else value_head_dim
+        check_positive_int("value_head_dim", value_head_dim)
+        if num_heads is not None:
+            check_positive_int("num_heads", num_heads)
+            if num_heads % num_kv_heads:
+                raise ValueError(f"num_heads must be a multiple of num_kv_heads, got {num_heads} and {num_kv_heads}")
+        per_token = num_kv_heads * (head_dim + value_head_dim)  # keys and values
+    if dtype is not None:
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"dtype must be a torch.dtype such as torch.bfloat16, got {type(dtype).__name__}")
+        size = torch.empty((), dtype=dtype).element_size()
+        if bytes_per_value is not None and bytes_per_value != size:
+            raise ValueError(f"bytes_per_value={bytes_per_value} contradicts dtype={dtype} ({size} bytes)")
+        bytes_per_value = size
+    bytes_per_value = 2 if bytes_per_value is None else bytes_per_value
+    check_positive_int("bytes_per_value", bytes_per_value)
+    if window_size is None and window_layers is not None:
+        raise ValueError("window_layers needs a window_size")
+    windowed = set()
+    if window_size is not None:
+        check_positive_int("window_size", window_size)
+        layers = range(num_layers) if window_layers is None else list(window_layers)
+        windowed = {_check_layer("window_layers", layer, num_layers) for layer in layers}
+    shared = dict(shared_layers or {})
+    for layer, source in shared.items():
+        _check_layer("shared_layers", layer, num_layers)
+        _check_layer("shared_layers", source, num_layers)
+        if source == layer or source in shared:
+            raise ValueError(f"shared_layers: layer {layer} must read the cache of a layer that keeps its own, "
+                             f"got {source}")
+    tokens = sum(min(num_tokens, window_size) if layer in windowed else num_tokens
+                 for layer in range(num_layers) if layer not in shared)  # token entries over the layers that cache
+    return tokens * per_token * bytes_per_value * batch_size
 
 
 @torch.no_grad()

@@ -61,7 +61,8 @@ def expand_kv_heads(kv: torch.Tensor, num_heads: int) -> torch.Tensor:
 class KVCache:
     """The keys and values of the tokens seen so far, for one attention layer.
 
-    ``update(keys, values)`` appends the new tokens' keys and values ``(B, H_kv, T_new, D)`` and returns
+    ``update(keys, values)`` appends the new tokens' keys ``(B, H_kv, T_new, D)`` and values ``(B, H_kv, T_new, D_v)``
+    (usually ``D_v = D``) and returns
     everything the new queries may need: what was held, then the new entries. ``num_seen`` counts every
     token ever added: the position of the next token. With ``window_size=w`` the cache then keeps only
     the last ``w`` entries (a rolling cache): a later query never sees a key older than that.
@@ -86,14 +87,15 @@ class KVCache:
         for name, tensor in (("keys", keys), ("values", values)):
             check_float_tensor(name, tensor)
             check_ndim(name, tensor, (4,), "(batch_size, num_kv_heads, num_new_tokens, head_dim)")
-        if keys.shape != values.shape:
-            raise ValueError(f"keys and values must have the same shape, got {tuple(keys.shape)} and "
-                             f"{tuple(values.shape)}")
+        if keys.shape[:3] != values.shape[:3]:  # a value may be narrower or wider than its key (DeepSeek's MLA)
+            raise ValueError(f"keys and values must have the same shape (batch_size, num_kv_heads, num_new_tokens), "
+                             f"got {tuple(keys.shape)} and {tuple(values.shape)}")
         if self.keys is not None:
-            held = (self.keys.shape[0], self.keys.shape[1], self.keys.shape[3])
-            if (keys.shape[0], keys.shape[1], keys.shape[3]) != held:
-                raise ValueError(f"new keys {tuple(keys.shape)} do not fit the cache's (batch_size, num_kv_heads, "
-                                 f"T, head_dim) = ({held[0]}, {held[1]}, T, {held[2]})")
+            for name, new, held in (("keys", keys, self.keys), ("values", values, self.values)):
+                if (new.shape[0], new.shape[1], new.shape[3]) != (held.shape[0], held.shape[1], held.shape[3]):
+                    raise ValueError(f"new {name} {tuple(new.shape)} do not fit the cache's (batch_size, "
+                                     f"num_kv_heads, T, width) = ({held.shape[0]}, {held.shape[1]}, T, "
+                                     f"{held.shape[3]})")
         num_new = keys.shape[2]
         if self.keys is not None:
             keys = torch.cat([self.keys, keys], dim=2)  # (B, H_kv, T_held, D) + (B, H_kv, T_new, D)

@@ -1,0 +1,211 @@
+"""Exercises for notebook 14: attention in today's large models.
+
+1. a real configuration's cache size from its config.json fields (a head_dim that is not d_model / H, and a
+   pattern of sliding-window layers);
+2. spot the bug: a linear-attention recurrence that forgets its normaliser.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..generation import kv_cache_bytes
+from ..recurrent import elu_feature_map, linear_attention
+from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
+
+__all__ = ["config_cache_bytes", "linear_recurrence"]
+
+_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+# google/gemma-2-9b's config.json (the fields that size the cache), with the layer pattern of Gemma 2's code:
+# a sliding window on layers 0, 2, 4, ..., global attention on layers 1, 3, 5, ... (Gemma Team 2024, section 2).
+GEMMA_2_9B = {"hidden_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
+              "num_hidden_layers": 42, "sliding_window": 4096, "torch_dtype": "bfloat16",
+              "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(42)]}
+
+
+# --- 1. the cache of a real configuration -------------------------------------------------------------------------
+def _config_cases(g: torch.Generator) -> list[Case]:
+    qwen3_small = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
+                   "num_hidden_layers": 28, "sliding_window": None, "torch_dtype": "bfloat16",
+                   "layer_types": ["full_attention"] * 28}               # Qwen/Qwen3-0.6B's config.json
+    five_to_one = {"hidden_size": 640, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
+                   "num_hidden_layers": 7, "sliding_window": 512, "torch_dtype": "float32",
+                   "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(7)]}
+    return [Case("Gemma 2 9B, 8,192 tokens, batch 1", (GEMMA_2_9B, 8192, 1)),
+            Case("Gemma 2 9B, 1,000 tokens (shorter than the window), batch 4", (GEMMA_2_9B, 1000, 4)),
+            Case("Qwen3-0.6B, 32,768 tokens, batch 2 (no sliding layers)", (qwen3_small, 32768, 2)),
+            Case("a made-up float32 model with five sliding layers to one global, 3,000 tokens, batch 3",
+                 (five_to_one, 3000, 3))]
+
+
+def _reference_config_bytes(config, num_tokens, batch_size):
+    windowed = [i for i, kind in enumerate(config["layer_types"]) if kind == "sliding_attention"]
+    window = config["sliding_window"] if windowed else None
+    return kv_cache_bytes(config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"], num_tokens,
+                          _BYTES[config["torch_dtype"]], batch_size, window_size=window,
+                          window_layers=windowed if windowed else None)
+
+
+def _solution_config_bytes(config, num_tokens, batch_size):
+    bytes_per_value = {"bfloat16": 2, "float16": 2, "float32": 4}[config["torch_dtype"]]
+    per_token = 2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_value   # a key and a value
+    total = 0
+    for kind in config["layer_types"]:
+        tokens = min(num_tokens, config["sliding_window"]) if kind == "sliding_attention" else num_tokens
+        total += tokens * per_token
+    return total * batch_size
+
+
+def _with(config, **changes):
+    return {**config, **changes}
+
+
+def _derived_head_dim(config, num_tokens, batch_size):
+    return _solution_config_bytes(_with(config, head_dim=config["hidden_size"] // config["num_attention_heads"]),
+                                  num_tokens, batch_size)
+
+
+def _query_heads(config, num_tokens, batch_size):
+    return _solution_config_bytes(_with(config, num_key_value_heads=config["num_attention_heads"]),
+                                  num_tokens, batch_size)
+
+
+def _no_windows(config, num_tokens, batch_size):
+    return _solution_config_bytes(_with(config, layer_types=["full_attention"] * config["num_hidden_layers"]),
+                                  num_tokens, batch_size)
+
+
+def _always_full_window(config, num_tokens, batch_size):
+    per_layer = 2 * config["num_key_value_heads"] * config["head_dim"] * _BYTES[config["torch_dtype"]]
+    return batch_size * per_layer * sum(config["sliding_window"] if kind == "sliding_attention" else num_tokens
+                                        for kind in config["layer_types"])
+
+
+def _keys_only(config, num_tokens, batch_size):
+    return _solution_config_bytes(config, num_tokens, batch_size) // 2
+
+
+def _always_two_bytes(config, num_tokens, batch_size):
+    return _solution_config_bytes(_with(config, torch_dtype="bfloat16"), num_tokens, batch_size)
+
+
+config_cache_bytes = FunctionExercise(
+    "The cache of a real configuration",
+    "write cache_bytes(config, num_tokens, batch_size): the bytes of the KV cache of a whole model holding "
+    "batch_size sequences of num_tokens tokens, from the fields of its config.json given as a dict: "
+    "num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim, sliding_window, "
+    "torch_dtype ('bfloat16', 'float16': 2 bytes a number; 'float32': 4) and layer_types (one entry per layer, "
+    "'sliding_attention' or 'full_attention'). A sliding layer keeps at most sliding_window tokens; a full layer "
+    "keeps them all. Return the number of bytes, computed yourself: without the course's kv_cache_bytes.",
+    reference=_reference_config_bytes,
+    cases=_config_cases,
+    hint=["Per layer and token, what does the cache hold? Which of the config's fields tell you how wide a key is?",
+          "Gemma 2 9B has hidden_size 3584 and 16 query heads: 3584 / 16 = 224. Is that its head_dim?",
+          "A sliding layer holds min(num_tokens, sliding_window) tokens: with 1,000 tokens and a window of 4,096 "
+          "it holds 1,000."],
+    solution=_solution_config_bytes,
+    mistakes=[
+        Mistake(_derived_head_dim, "you derived the head width as hidden_size / num_attention_heads. Many models "
+                                   "set head_dim on its own (Gemma 2 9B: 3584 / 16 = 224, but head_dim is 256): "
+                                   "read the config's head_dim."),
+        Mistake(_query_heads, "you counted num_attention_heads key/value heads: only num_key_value_heads heads "
+                              "are cached (grouped-query attention, notebook 11)."),
+        Mistake(_no_windows, "every layer keeps every token in your answer: the 'sliding_attention' layers keep "
+                             "at most sliding_window tokens (a rolling cache)."),
+        Mistake(_always_full_window, "your sliding layers always hold sliding_window tokens, even when the "
+                                     "sequence is shorter: they hold min(num_tokens, sliding_window)."),
+        Mistake(_always_two_bytes, "your answer assumes 2 bytes a number: read torch_dtype ('float32' is 4)."),
+        Mistake(_keys_only, "your answer is half the right one: the cache holds a key AND a value per head."),
+    ],
+    rules=[forbids("helpers.generation.kv_cache_bytes", "helpers.kv_cache_bytes",
+                   why="The task asks you to compute the bytes from the fields yourself.")],
+)
+
+
+# --- 2. spot the bug: a recurrence without its normaliser ----------------------------------------------------------
+def _recurrence_cases(g: torch.Generator) -> list[Case]:
+    def case(description, batch, num_tokens, d_k, d_v, scale=1.0):
+        return Case(description, (scale * torch.randn(batch, num_tokens, d_k, generator=g),
+                                  scale * torch.randn(batch, num_tokens, d_k, generator=g),
+                                  torch.randn(batch, num_tokens, d_v, generator=g)))
+    return [case("6 tokens, d_k = d_v = 4", 1, 6, 4, 4),
+            case("9 tokens, batch of 2, d_k = 8, d_v = 3", 2, 9, 8, 3),
+            case("1 token", 1, 1, 5, 5),
+            case("12 tokens with large queries and keys (times 6)", 2, 12, 4, 6, scale=6.0)]
+
+
+def _reference_recurrence(queries, keys, values):
+    return linear_attention(queries, keys, values)[0]
+
+
+def buggy_linear_recurrence(queries, keys, values):
+    # queries, keys (B, T, d_k); values (B, T, d_v); phi = elu_feature_map
+    phi_q, phi_k = elu_feature_map(queries), elu_feature_map(keys)
+    state = torch.zeros(queries.shape[0], queries.shape[2], values.shape[2])   # S: (B, d_k, d_v)
+    outputs = []
+    for t in range(queries.shape[1]):
+        state = state + phi_k[:, t, :, None] * values[:, t, None, :]        # S_t = S_{t-1} + phi(k_t)^T v_t
+        outputs.append((phi_q[:, t, None, :] @ state)[:, 0, :])             # phi(q_t) S_t: (B, d_v)
+    return torch.stack(outputs, dim=1)                                        # (B, T, d_v)
+
+
+def _solution_recurrence(queries, keys, values):
+    phi_q, phi_k = elu_feature_map(queries), elu_feature_map(keys)
+    state = torch.zeros(queries.shape[0], queries.shape[2], values.shape[2])   # S: (B, d_k, d_v)
+    normaliser = torch.zeros(queries.shape[0], queries.shape[2])               # n: (B, d_k)
+    outputs = []
+    for t in range(queries.shape[1]):
+        state = state + phi_k[:, t, :, None] * values[:, t, None, :]        # S_t = S_{t-1} + phi(k_t)^T v_t
+        normaliser = normaliser + phi_k[:, t]                                 # n_t = n_{t-1} + phi(k_t)
+        read = (phi_q[:, t, None, :] @ state)[:, 0, :]                       # phi(q_t) S_t: (B, d_v)
+        outputs.append(read / (phi_q[:, t] * normaliser).sum(-1, keepdim=True))
+    return torch.stack(outputs, dim=1)                                        # (B, T, d_v)
+
+
+def _whole_sequence_normaliser(queries, keys, values):
+    phi_q, phi_k = elu_feature_map(queries), elu_feature_map(keys)
+    unnormalised = buggy_linear_recurrence(queries, keys, values)
+    return unnormalised / (phi_q * phi_k.sum(dim=1, keepdim=True)).sum(-1, keepdim=True)
+
+
+def _normaliser_without_query(queries, keys, values):
+    normaliser = elu_feature_map(keys).cumsum(dim=1).sum(-1, keepdim=True)    # sum of n_t, no phi(q_t)
+    return buggy_linear_recurrence(queries, keys, values) / normaliser
+
+
+def _count_normaliser(queries, keys, values):
+    counts = torch.arange(1, queries.shape[1] + 1, dtype=queries.dtype)[None, :, None]
+    return buggy_linear_recurrence(queries, keys, values) / counts
+
+
+linear_recurrence = SpotTheBug(
+    "Spot the bug: a recurrence without its normaliser",
+    "linear_recurrence(queries, keys, values) should return the causal linear attention (B, T, d_v) of "
+    "Katharopoulos et al. (2020) with phi = elu_feature_map, one token at a time with a running state: queries and "
+    "keys (B, T, d_k), values (B, T, d_v). Its output at t must equal the parallel form's "
+    "sum_{j <= t} (phi(q_t) . phi(k_j)) v_j / sum_{j <= t} phi(q_t) . phi(k_j). The code runs, but its answer is "
+    "wrong. Find the bug and fix it, keeping the recurrence: elu_feature_map may be used, the course's "
+    "linear_attention, linear_attention_recurrent and associative_recall may not.",
+    reference=_reference_recurrence,
+    cases=_recurrence_cases,
+    hint=["Feed it values that are all 1: a weighted average of ones is 1. What does the buggy code return?",
+          "The parallel form divides by a sum that grows with t too. Which running quantity would give it?"],
+    solution=_solution_recurrence,
+    buggy=buggy_linear_recurrence,
+    bug_message="the output is phi(q_t) S_t alone: a weighted SUM of the values whose weights phi(q_t) . phi(k_j) "
+                "are never divided by their total, so it grows with t. Keep a second running sum, "
+                "n_t = n_{t-1} + phi(k_t) (d_k numbers), and divide phi(q_t) S_t by phi(q_t) . n_t.",
+    mistakes=[
+        Mistake(_whole_sequence_normaliser, "you divide by a normaliser summed over the whole sequence, future "
+                                            "keys included: at step t only the keys 0..t may count."),
+        Mistake(_normaliser_without_query, "your normaliser sums phi(k_j) without the query: the weights are "
+                                           "phi(q_t) . phi(k_j), so divide by phi(q_t) . n_t."),
+        Mistake(_count_normaliser, "you divide by the number of tokens: that is a plain average, but the weights "
+                                   "phi(q_t) . phi(k_j) differ from key to key; divide by their sum."),
+    ],
+    rules=[forbids("helpers.recurrent.linear_attention", "helpers.linear_attention",
+                   "helpers.recurrent.linear_attention_recurrent", "helpers.linear_attention_recurrent",
+                   "helpers.recurrent.associative_recall", "helpers.associative_recall",
+                   why="The task asks you to fix the recurrence itself.")],
+)

@@ -1,0 +1,117 @@
+"""The live picture of notebook 14: what the cache of real models costs, against the context length.
+
+Each model is the keyword arguments of :func:`helpers.generation.kv_cache_bytes` that describe it (layers, heads,
+windows, latent widths); the picture never computes a byte count of its own.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..generation import kv_cache_bytes
+from ..plotting import CourseFigure, new_figure
+from ..widgets import LiveFigure, choice, steps_slider
+
+__all__ = ["DTYPES", "CONTEXT_LENGTHS", "cache_memory_explorer", "recall_figure"]
+
+DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
+CONTEXT_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
+BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
+_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "best state": "tab:red"}
+
+
+def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int], model: str | None = None,
+                          num_tokens: int = 32768, batch_size: int = 1, dtype: str = "bf16") -> LiveFigure:
+    """Toggle buttons for the model and the number format, sliders for the context length and the batch.
+
+    Left: GiB of cache against the context length for every model up to its own longest context
+    (``context_limits``), both axes logarithmic, the chosen model bold with a dot at the chosen length. Right: every
+    model's cache at the chosen length, batch and format (the chosen one red; pale where a model cannot read that far).
+    """
+    if not isinstance(models, dict) or not models:
+        raise ValueError("models must be a non-empty dict {name: keyword arguments of kv_cache_bytes}")
+    names = list(models)
+    if set(context_limits) != set(names):
+        raise ValueError(f"context_limits must give the longest context of every model: {names}")
+    model = names[0] if model is None else model
+    if model not in models:
+        raise ValueError(f"model must be one of {names}, got {model!r}")
+    if num_tokens not in CONTEXT_LENGTHS:
+        raise ValueError(f"num_tokens must be one of {CONTEXT_LENGTHS}, got {num_tokens}")
+    for name, spec in models.items():
+        kv_cache_bytes(**spec)  # a bad description fails here, with kv_cache_bytes's own message
+    fig = CourseFigure(figsize=(12, 4.6), layout="constrained")
+    curve_ax, bars_ax = fig.subplots(1, 2, width_ratios=(1.2, 1))
+    colours = {name: f"C{i}" for i, name in enumerate(names)}
+    lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=".", label=name,
+                                 color=colours[name])[0] for name in names}
+    dot, = curve_ax.plot([num_tokens], [1.0], "o", color="black", markersize=9, zorder=5)
+    curve_ax.set_xscale("log", base=2)
+    curve_ax.set_yscale("log")
+    curve_ax.set_xticks(CONTEXT_LENGTHS, labels=[f"{t // 1024}k" for t in CONTEXT_LENGTHS])
+    curve_ax.set_xlabel("context length $T$ (tokens)")
+    curve_ax.set_ylabel("KV cache (GiB, log scale)")
+    curve_ax.grid(True, which="both", alpha=0.3)
+    curve_ax.legend(loc="upper left", fontsize=8)
+    rows = list(range(len(names)))[::-1]                      # the first model on top
+    bar_list = list(bars_ax.barh(rows, [1.0] * len(names), color="tab:blue"))
+    bars_ax.set_yticks(rows, labels=names)
+    bars_ax.set_xscale("log")
+    bars_ax.set_xlabel("GiB (log scale)")
+    texts = [bars_ax.text(1.0, row, "", va="center", fontsize=9) for row in rows]
+
+    def redraw(model: str, num_tokens: int, batch_size: int, dtype: str) -> None:
+        def gib(name: str, tokens: int) -> float:
+            return kv_cache_bytes(**models[name], num_tokens=tokens, batch_size=batch_size,
+                                  dtype=DTYPES[dtype]) / 2**30
+        everything = []
+        for name, line in lines.items():
+            values = [gib(name, t) if t <= context_limits[name] else float("nan") for t in CONTEXT_LENGTHS]
+            line.set_ydata(values)
+            line.set_linewidth(3.0 if name == model else 1.0)
+            line.set_alpha(1.0 if name == model else 0.45)
+            everything += [v for v in values if v == v]
+        now = [gib(name, num_tokens) for name in names]
+        low, high = min(everything + now), max(everything + now)
+        curve_ax.set_ylim(low / 2, high * 3)
+        dot.set_data([num_tokens], [now[names.index(model)]])
+        reach = "" if num_tokens <= context_limits[model] else f" (past its {context_limits[model]:,}-token context)"
+        curve_ax.set_title(f"{model}: {now[names.index(model)]:.2f} GiB for {batch_size} × {num_tokens:,} tokens "
+                           f"in {dtype}{reach}", fontsize=11)
+        for name, bar, text, value in zip(names, bar_list, texts, now):
+            bar.set_width(value)
+            bar.set_color("tab:red" if name == model else "tab:blue")
+            bar.set_alpha(1.0 if num_tokens <= context_limits[name] else 0.35)
+            text.set_x(value * 1.1)
+            text.set_text(f"{value:,.2f}")
+        bars_ax.set_xlim(min(now) / 3, max(now) * 8)
+        bars_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
+                          f"(pale: longer than the model's context)", fontsize=10)
+
+    return LiveFigure(fig, redraw, {"model": choice("model", names, model),
+                                    "num_tokens": steps_slider("context length T", CONTEXT_LENGTHS, num_tokens),
+                                    "batch_size": steps_slider("batch B", BATCH_SIZES, batch_size),
+                                    "dtype": choice("numbers", list(DTYPES), dtype)})
+
+
+def recall_figure(num_pairs: list[int], results: dict[str, list[float]], dim: int) -> CourseFigure:
+    """Look-ups that find the right value against the number of stored pairs ``N``, one line per method.
+
+    A dashed line marks chance (``1 / N``), a dotted one ``N = dim``, where ``N`` keys stop fitting side by side.
+    """
+    fig = new_figure(7.5, 3.8)
+    ax = fig.axes[0]
+    for method, accuracies in results.items():
+        ax.plot(num_pairs, accuracies, marker="o", label=method, color=_METHOD_COLOURS.get(method))
+    ax.plot(num_pairs, [1 / n for n in num_pairs], linestyle="--", color="gray", label="chance, 1 / N")
+    ax.axvline(dim, color="black", linestyle=":", linewidth=1)
+    ax.text(dim * 1.05, 0.5, f"N = $d_k$ = {dim}", fontsize=9)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(num_pairs, labels=[str(n) for n in num_pairs])
+    ax.set_ylim(0, 1.05)
+    ax.set_xlabel("stored key/value pairs $N$")
+    ax.set_ylabel("fraction of look-ups right")
+    ax.set_title(f"Reading back one of $N$ stored values ($d_k$ = {dim})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=9, loc="lower left")
+    return fig

@@ -1,0 +1,56 @@
+"""Notebook 14's pictures: every control changes the picture, and the picture shows kv_cache_bytes's numbers."""
+
+import math
+
+import numpy as np
+import pytest
+
+from helpers.generation import kv_cache_bytes
+from helpers.live.lesson14 import DTYPES, cache_memory_explorer, recall_figure
+from helpers.plotting import figure_to_png
+
+MODELS = {"A": dict(num_layers=4, num_kv_heads=2, head_dim=8),
+          "B (window)": dict(num_layers=4, num_kv_heads=2, head_dim=8, window_size=4096),
+          "C (latent)": dict(num_layers=4, latent_dim=16, rope_dim=4)}
+LIMITS = {"A": 8192, "B (window)": 131072, "C (latent)": 131072}
+
+
+def test_every_control_changes_the_picture_and_the_numbers_follow():
+    view = cache_memory_explorer(MODELS, LIMITS, "A", num_tokens=2048)
+    pictures = {bytes(view.image.value)}
+    for name, value in (("num_tokens", 16384), ("batch_size", 8), ("dtype", "fp32"), ("model", "B (window)")):
+        view.controls[name].value = value
+        pictures.add(bytes(view.image.value))
+    assert len(pictures) == 5, "every control must change the picture"
+    gib = kv_cache_bytes(**MODELS["B (window)"], num_tokens=16384, batch_size=8, dtype=DTYPES["fp32"]) / 2**30
+    curve_ax, bars_ax = view.fig.axes
+    assert f"{gib:.2f} GiB for 8 × 16,384 tokens in fp32" in curve_ax.get_title()
+    widths = [bar.get_width() for bar in bars_ax.patches]
+    expected = [kv_cache_bytes(**spec, num_tokens=16384, batch_size=8, dtype=DTYPES["fp32"]) / 2**30
+                for spec in MODELS.values()]
+    assert np.allclose(widths, expected)
+    a_line = curve_ax.lines[0].get_ydata()
+    assert math.isnan(a_line[-1])                                  # past model A's 8,192-token context: no curve
+    assert "past its 8,192-token context" not in curve_ax.get_title()
+    view.controls["model"].value = "A"
+    assert "past its 8,192-token context" in curve_ax.get_title()
+    assert repr(view) == "LiveFigure(model='A', num_tokens=16384, batch_size=8, dtype='fp32')"
+
+
+def test_bad_descriptions_are_named():
+    with pytest.raises(ValueError, match="context_limits"):
+        cache_memory_explorer(MODELS, {"A": 1})
+    with pytest.raises(ValueError, match="model must be one of"):
+        cache_memory_explorer(MODELS, LIMITS, "D")
+    with pytest.raises(ValueError, match="num_kv_heads and head_dim are needed"):
+        cache_memory_explorer({"x": dict(num_layers=2)}, {"x": 1024})
+
+
+def test_the_recall_figure_draws_each_method_and_chance():
+    results = {"softmax": [1.0, 1.0, 1.0], "linear": [0.9, 0.5, 0.2]}
+    fig = recall_figure([2, 4, 8], results, dim=4)
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.lines]
+    assert labels[:2] == ["softmax", "linear"] and "chance, 1 / N" in labels
+    assert list(ax.lines[1].get_ydata()) == [0.9, 0.5, 0.2]
+    assert figure_to_png(fig).startswith(b"\x89PNG")
