@@ -2,16 +2,18 @@
 
 With no MLP and no LayerNorm, :class:`~helpers.induction.InductionModel` is a sum of paths that multiply out
 exactly (Elhage et al. 2021, "A Mathematical Framework for Transformer Circuits"). The matrices here follow the
-paper's convention, a residual-stream vector ``x`` being a *column*: head ``h`` of a layer has
+course's notation card, a stream vector ``x`` being a *row* (``q = x W_q``): head ``h`` of a layer has
 
-* ``W_QK = W_Q^T W_K / sqrt(D)`` ``(d_model, d_model)``, so that its score of query ``x_q`` for key ``x_k`` is
-  ``x_q^T W_QK x_k`` (the ``1 / sqrt(D)`` of the course's scaled scores is folded in);
-* ``W_OV = W_O W_V`` ``(d_model, d_model)``: attending to ``x`` with weight 1 writes ``W_OV x`` into the stream.
+* ``W_QK = W_q^h (W_k^h)^T / sqrt(D)`` ``(d_model, d_model)``, so that its score of query ``x`` for key ``y`` is
+  ``x W_QK y^T`` (the ``1 / sqrt(D)`` of the course's scaled scores is folded in);
+* ``W_OV = W_v^h W_o^h`` ``(d_model, d_model)``: attending to ``y`` with weight 1 writes ``y W_OV`` into the stream.
 
-``W_Q``, ``W_K``, ``W_V`` are head ``h``'s ``D`` rows of ``nn.Linear.weight`` of ``W_query``, ``W_key``,
-``W_value``, and ``W_O`` its ``D`` columns of ``out_proj.weight``: PyTorch stores ``y = x W^T``, the column
-convention's ``W x``. Circuits on tokens put the embedding ``E`` (``token_embedding.weight``, one row per token) on
-both sides, so they are ``V x V`` with rows indexed by the query token (QK) or the token attended to (OV).
+``W_q^h``, ``W_k^h``, ``W_v^h`` are head ``h``'s ``D`` columns of the card's ``W_q`` (``W_query.weight.T``: PyTorch
+stores ``y = x W^T``), ``W_o^h`` its ``D`` rows of ``W_o`` (``out_proj.weight.T``). Elhage et al. write vectors as
+columns, so their ``W_OV`` is the transpose of ours (their ``W_QK`` is the same matrix); Frobenius norms and
+eigenvalues do not change under transposition, so the scores here are theirs. Circuits on tokens put the embedding
+``E`` (``token_embedding.weight``) on both sides: ``V x V``, rows indexed by the query token (QK) or the token
+attended to (OV).
 
 Shapes: ``B`` batch, ``T`` tokens, ``H`` heads, ``V`` ``vocab_size``, ``D`` ``head_dim``.
 """
@@ -47,27 +49,27 @@ def _check_head(model: InductionModel, layer, head) -> None:
 
 
 def _head_weights(model: InductionModel, layer: int, head: int):
-    """Head ``head``'s ``W_Q, W_K, W_V`` ``(D, d_model)`` and ``W_O`` ``(d_model, D)`` (column convention)."""
+    """Head ``head``'s ``W_q^h, W_k^h, W_v^h`` ``(d_model, D)`` and ``W_o^h`` ``(D, d_model)`` (the card's layout)."""
     _check_head(model, layer, head)
     attention = model.layers[layer]
     if attention.num_kv_heads != attention.num_heads:
         raise ValueError("the circuits need one key/value head per query head")
     rows = slice(head * attention.head_dim, (head + 1) * attention.head_dim)
-    return (attention.W_query.weight[rows], attention.W_key.weight[rows], attention.W_value.weight[rows],
-            attention.out_proj.weight[:, rows])
+    return (attention.W_query.weight[rows].T, attention.W_key.weight[rows].T, attention.W_value.weight[rows].T,
+            attention.out_proj.weight[:, rows].T)
 
 
 def qk_matrix(model: InductionModel, layer: int, head: int) -> torch.Tensor:
-    """``W_QK = W_Q^T W_K / sqrt(D)`` ``(d_model, d_model)``: the score of query ``x_q`` for key ``x_k`` is
-    ``x_q^T W_QK x_k``."""
+    """``W_QK = W_q^h (W_k^h)^T / sqrt(D)`` ``(d_model, d_model)``: the score of query ``x`` for key ``y`` is
+    ``x W_QK y^T``."""
     w_q, w_k, _, _ = _head_weights(model, layer, head)
-    return (w_q.T @ w_k / math.sqrt(w_q.shape[0])).detach()
+    return (w_q @ w_k.T / math.sqrt(w_q.shape[1])).detach()
 
 
 def ov_matrix(model: InductionModel, layer: int, head: int) -> torch.Tensor:
-    """``W_OV = W_O W_V`` ``(d_model, d_model)``: what attending to ``x`` writes into the stream, ``W_OV x``."""
+    """``W_OV = W_v^h W_o^h`` ``(d_model, d_model)``: what attending to ``y`` writes into the stream, ``y W_OV``."""
     _, _, w_v, w_o = _head_weights(model, layer, head)
-    return (w_o @ w_v).detach()
+    return (w_v @ w_o).detach()
 
 
 def qk_circuit(model: InductionModel, layer: int, head: int) -> torch.Tensor:
@@ -93,46 +95,48 @@ def positional_qk_circuit(model: InductionModel, layer: int, head: int, num_toke
 
 def ov_circuit(model: InductionModel, layer: int, head: int) -> torch.Tensor:
     """``(V, V)``: row ``t`` holds the logits that attending to token ``t``'s embedding writes, through this head
-    alone (``E W_OV^T W_unembed``; the transpose of Elhage et al.'s ``W_U W_OV W_E``)."""
+    alone: ``E W_OV W_unembed`` (the transpose of Elhage et al.'s ``W_U W_OV W_E``)."""
     _check_head(model, layer, head)
     embeddings = model.token_embedding.weight.detach()  # (V, d_model)
-    return embeddings @ ov_matrix(model, layer, head).T @ model.unembed.weight.detach().T
+    return embeddings @ ov_matrix(model, layer, head) @ model.unembed.weight.detach().T  # W_unembed = weight.T
 
 
-def composition_score(left: torch.Tensor, right: torch.Tensor) -> torch.Tensor:
-    """``||left @ right||_F / (||left||_F ||right||_F)``, between 0 and 1 (Elhage et al. 2021).
+def composition_score(written: torch.Tensor, read: torch.Tensor) -> torch.Tensor:
+    """``||written @ read||_F / (||written||_F ||read||_F)``, between 0 and 1 (Elhage et al. 2021).
 
-    It is 1 exactly when both matrices have rank 1 and what ``right`` writes (its column space) is what ``left``
-    reads (its row space); 0 when ``left`` ignores everything ``right`` can write.
+    ``written``: what an earlier head writes (``y -> y W_OV``); ``read``: how a later head reads the stream. The
+    score is 1 exactly when both matrices have rank 1 and the direction ``written`` writes is the direction
+    ``read`` reads; 0 when ``read`` ignores everything ``written`` can write.
     """
-    for name, matrix in (("left", left), ("right", right)):
+    for name, matrix in (("written", written), ("read", read)):
         if not isinstance(matrix, torch.Tensor) or matrix.dim() != 2 or not matrix.is_floating_point():
             raise TypeError(f"{name} must be a 2-D floating-point tensor")
         if not torch.linalg.matrix_norm(matrix) > 0:
             raise ValueError(f"{name} must not be all zeros")
-    if left.shape[1] != right.shape[0]:
-        raise ValueError(f"left {tuple(left.shape)} and right {tuple(right.shape)} cannot be multiplied")
+    if written.shape[1] != read.shape[0]:
+        raise ValueError(f"written {tuple(written.shape)} and read {tuple(read.shape)} cannot be multiplied")
     norm = torch.linalg.matrix_norm
-    return norm(left @ right) / (norm(left) * norm(right))
+    return norm(written @ read) / (norm(written) * norm(read))
 
 
 def composition_scores(model: InductionModel) -> dict[str, torch.Tensor]:
     """``{"Q", "K", "V"}`` -> ``(H, H)``: entry ``[h0, h1]`` scores how much layer 1 head ``h1`` reads layer 0 head
-    ``h0``'s output through its queries, keys or values (Elhage et al. 2021):
+    ``h0``'s output through its queries, keys or values (Elhage et al. 2021), with ``W_OV^0`` layer 0 head ``h0``'s:
 
-    Q: ``||W_QK^T W_OV^0||``, K: ``||W_QK W_OV^0||``, V: ``||W_OV^1 W_OV^0||``, each over the product of the norms.
+    Q: ``||W_OV^0 W_QK||``, K: ``||W_OV^0 W_QK^T||``, V: ``||W_OV^0 W_OV^1||``, each over the product of the norms
+    (a query ``x = z W_OV^0`` scores ``z W_OV^0 W_QK y^T``; a key ``y = z W_OV^0`` enters as ``W_QK W_OV^0^T z^T``).
     """
     _check_model(model)
     if model.num_layers != 2:
         raise ValueError(f"composition scores need a model of two layers, got {model.num_layers}")
     scores = {side: torch.zeros(model.num_heads, model.num_heads) for side in "QKV"}
     for h0 in range(model.num_heads):
-        written = ov_matrix(model, 0, h0)  # what layer 0 head h0 writes
+        written = ov_matrix(model, 0, h0)
         for h1 in range(model.num_heads):
-            reads = qk_matrix(model, 1, h1)
-            scores["Q"][h0, h1] = composition_score(reads.T, written)  # x_q = W_OV x: x_q^T W_QK = (W_QK^T x_q)^T
-            scores["K"][h0, h1] = composition_score(reads, written)  # x_k = W_OV x
-            scores["V"][h0, h1] = composition_score(ov_matrix(model, 1, h1), written)
+            w_qk = qk_matrix(model, 1, h1)
+            scores["Q"][h0, h1] = composition_score(written, w_qk)
+            scores["K"][h0, h1] = composition_score(written, w_qk.T)
+            scores["V"][h0, h1] = composition_score(written, ov_matrix(model, 1, h1))
     return scores
 
 
@@ -240,9 +244,9 @@ def direct_logit_attribution(model: InductionModel, token_ids: torch.Tensor
 
 
 def composed_qk_circuit(model: InductionModel, head0: int, head1: int) -> torch.Tensor:
-    """``(V, V)``: ``E W_QK^{1,h1} W_OV^{0,h0} E^T``, the score layer 1 head ``head1`` gives a query token (row)
-    for a key where layer 0 head ``head0`` wrote a token (column) with weight 1: K-composition on tokens."""
+    """``(V, V)``: ``E W_QK (E W_OV^0)^T``, the score layer 1 head ``head1`` gives a query token (row) for a key
+    where layer 0 head ``head0`` wrote a token (column) with weight 1: K-composition, on tokens."""
     _check_head(model, 0, head0)
     _check_head(model, 1, head1)
     embeddings = model.token_embedding.weight.detach()
-    return embeddings @ qk_matrix(model, 1, head1) @ ov_matrix(model, 0, head0) @ embeddings.T
+    return embeddings @ qk_matrix(model, 1, head1) @ (embeddings @ ov_matrix(model, 0, head0)).T

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers.circuits import (composed_qk_circuit, composition_score, composition_scores, copying_eigenvalue_score,
-                              direct_logit_attribution, head_outputs, ov_circuit, ov_matrix, path_ablated_forward,
+                              direct_logit_attribution, head_outputs, ov_circuit, path_ablated_forward,
                               positional_qk_circuit, qk_circuit, qk_matrix)
 from helpers.induction import InductionModel, knocked_out, repeated_sequences
 
@@ -60,28 +60,36 @@ def test_ov_circuit_is_the_logits_a_head_writes_by_attending_to_one_token(model)
 
 def test_composition_score_is_one_when_a_rank_one_head_reads_what_the_other_writes():
     u, v, a, w = torch.randn(4, 10, dtype=torch.float64).unbind()
-    writes = torch.outer(u, v)                 # W_OV: writes along u
-    reads_u = torch.outer(a, u)                # W_QK whose key side reads along u
-    assert float(composition_score(reads_u, writes)) == pytest.approx(1.0)
+    writes = torch.outer(v, u)                 # y W_OV = (y . v) u: writes along u
+    reads_u = torch.outer(u, a)                # x W_QK = (x . u) a: the query side reads along u
+    assert float(composition_score(writes, reads_u)) == pytest.approx(1.0)
     other = w - (w @ u) / (u @ u) * u          # a direction orthogonal to u
-    assert float(composition_score(torch.outer(a, other), writes)) == pytest.approx(0.0, abs=1e-12)
-    left, right = torch.randn(10, 10, dtype=torch.float64), torch.randn(10, 10, dtype=torch.float64)
-    score = float(composition_score(left, right))
-    expected = np.linalg.norm(left.numpy() @ right.numpy()) / (np.linalg.norm(left.numpy()) *
-                                                              np.linalg.norm(right.numpy()))
+    assert float(composition_score(writes, torch.outer(other, a))) == pytest.approx(0.0, abs=1e-12)
+    written, read = torch.randn(10, 10, dtype=torch.float64), torch.randn(10, 10, dtype=torch.float64)
+    score = float(composition_score(written, read))
+    expected = np.linalg.norm(written.numpy() @ read.numpy()) / (np.linalg.norm(written.numpy()) *
+                                                                 np.linalg.norm(read.numpy()))
     assert score == pytest.approx(expected) and 0 < score < 1
-    assert float(composition_score(3 * left, 0.5 * right)) == pytest.approx(score), "scale does not matter"
+    assert float(composition_score(3 * written, 0.5 * read)) == pytest.approx(score), "scale does not matter"
 
 
 def test_composition_scores_follow_elhage_et_al_for_q_k_and_v(model):
+    # Elhage et al. write vectors as columns: W_QK = W_Q^T W_K and W_OV = W_O W_V, from PyTorch's weights directly
     scores = composition_scores(model)
     assert set(scores) == {"Q", "K", "V"} and all(s.shape == (2, 2) for s in scores.values())
     norm = np.linalg.norm
+
+    def weights(layer, head):
+        attention, rows = model.layers[layer], slice(8 * head, 8 * head + 8)
+        return [w.detach().numpy() for w in (attention.W_query.weight[rows], attention.W_key.weight[rows],
+                                             attention.W_value.weight[rows], attention.out_proj.weight[:, rows])]
+
     for h0 in range(2):
-        w_ov0 = ov_matrix(model, 0, h0).numpy()
+        _, _, v0, o0 = weights(0, h0)
+        w_ov0 = o0 @ v0
         for h1 in range(2):
-            w_qk = qk_matrix(model, 1, h1).numpy()
-            w_ov1 = ov_matrix(model, 1, h1).numpy()
+            q1, k1, v1, o1 = weights(1, h1)
+            w_qk, w_ov1 = q1.T @ k1, o1 @ v1
             expected = {"Q": norm(w_qk.T @ w_ov0) / (norm(w_qk) * norm(w_ov0)),
                         "K": norm(w_qk @ w_ov0) / (norm(w_qk) * norm(w_ov0)),
                         "V": norm(w_ov1 @ w_ov0) / (norm(w_ov1) * norm(w_ov0))}
@@ -95,9 +103,12 @@ def test_qk_matrix_gives_the_scaled_score_of_two_stream_vectors(model):
     with torch.no_grad():
         q, k = layer.W_query(x_q)[8:], layer.W_key(x_k)[8:]   # head 1's features
     assert float(x_q @ qk_matrix(model, 1, 1) @ x_k) == pytest.approx(float(q @ k) / math.sqrt(8), rel=1e-5)
-    torch.testing.assert_close(composed_qk_circuit(model, 1, 0),
-                               model.token_embedding.weight.detach() @ qk_matrix(model, 1, 0)
-                               @ ov_matrix(model, 0, 1) @ model.token_embedding.weight.detach().T)
+    with torch.no_grad():   # a key that holds only what L0H1 writes when it attends to token 3 with weight 1
+        written = model.layers[0].out_proj.weight[:, 8:] @ model.layers[0].W_value.weight[8:] \
+            @ model.token_embedding.weight[3]
+        query = model.layers[1].W_query(model.token_embedding.weight[5])[:8]
+        key = model.layers[1].W_key(written)[:8]
+    assert float(composed_qk_circuit(model, 1, 0)[5, 3]) == pytest.approx(float(query @ key) / math.sqrt(8), rel=1e-4)
 
 
 def test_copying_eigenvalue_score_is_one_for_a_copy_and_minus_one_for_its_negative():
@@ -161,9 +172,9 @@ def test_path_ablation_changes_only_the_reads_it_names(model, ids):
     (lambda m, i: ov_circuit(m, 0, -1), ValueError, "head"),
     (lambda m, i: positional_qk_circuit(m, 0, 0, num_tokens=13), ValueError, "num_tokens"),
     (lambda m, i: qk_circuit(torch.nn.Linear(2, 2), 0, 0), TypeError, "InductionModel"),
-    (lambda m, i: composition_score(torch.zeros(3, 3), torch.ones(3, 3)), ValueError, "left"),
+    (lambda m, i: composition_score(torch.zeros(3, 3), torch.ones(3, 3)), ValueError, "written"),
     (lambda m, i: composition_score(torch.ones(3, 2), torch.ones(3, 3)), ValueError, "multiplied"),
-    (lambda m, i: composition_score(torch.ones(3), torch.ones(3, 3)), TypeError, "left"),
+    (lambda m, i: composition_score(torch.ones(3, 3), torch.ones(3)), TypeError, "read"),
     (lambda m, i: direct_logit_attribution(m, i[:, None]), TypeError, "token_ids"),
 ])
 def test_bad_input_is_named(model, ids, call, error, match):

@@ -206,10 +206,10 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
     _matrix_panel(fig, axes[0, 1], qk_circuit(model, 1, induction_head),
                   f"L1H{induction_head}: tokens only, E W_QK Eᵀ", "key token", "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 0], composed_qk_circuit(model, previous_head, induction_head),
-                  f"L1H{induction_head}, key through L0H{previous_head}: E W_QK W_OV Eᵀ",
+                  f"L1H{induction_head}, key through L0H{previous_head}: E W_QK (E W_OV)ᵀ",
                   "token L0H%d wrote at the key" % previous_head, "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 1], ov_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: OV circuit, E W_OVᵀ W_unembed", "logit of token", "token attended to",
+                  f"L1H{induction_head}: OV circuit, E W_OV W_unembed", "logit of token", "token attended to",
                   token_ticks, token_names)
     fig.suptitle("Scores (QK) and logits (OV) read off the weights; colour scales centred on 0", fontsize=11)
     return fig
