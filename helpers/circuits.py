@@ -129,15 +129,13 @@ def composition_scores(model: InductionModel) -> dict[str, torch.Tensor]:
     _check_model(model)
     if model.num_layers != 2:
         raise ValueError(f"composition scores need a model of two layers, got {model.num_layers}")
-    scores = {side: torch.zeros(model.num_heads, model.num_heads) for side in "QKV"}
-    for h0 in range(model.num_heads):
-        written = ov_matrix(model, 0, h0)
-        for h1 in range(model.num_heads):
-            w_qk = qk_matrix(model, 1, h1)
-            scores["Q"][h0, h1] = composition_score(written, w_qk)
-            scores["K"][h0, h1] = composition_score(written, w_qk.T)
-            scores["V"][h0, h1] = composition_score(written, ov_matrix(model, 1, h1))
-    return scores
+    heads = range(model.num_heads)
+    written = [ov_matrix(model, 0, h0) for h0 in heads]
+    reads = {"Q": [qk_matrix(model, 1, h1) for h1 in heads]}
+    reads["K"] = [w_qk.T for w_qk in reads["Q"]]
+    reads["V"] = [ov_matrix(model, 1, h1) for h1 in heads]
+    return {side: torch.stack([torch.stack([composition_score(w, r) for r in reads[side]]) for w in written])
+            for side in "QKV"}
 
 
 def copying_eigenvalue_score(circuit: torch.Tensor) -> torch.Tensor:
