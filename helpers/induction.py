@@ -169,8 +169,8 @@ def previous_token_score(attn_weights: torch.Tensor) -> torch.Tensor:
 def _prefix_targets(token_ids: torch.Tensor) -> torch.Tensor:
     """``(..., T)`` ids -> ``(..., T, T)`` bool: key ``j`` follows an earlier occurrence of query ``i``'s token."""
     num_tokens = token_ids.shape[-1]
-    before = torch.cat([torch.full_like(token_ids[..., :1], -1), token_ids[..., :-1]], dim=-1)  # x_{j-1}; -1 at 0
-    same = before[..., None, :] == token_ids[..., :, None]  # (..., T, T): x_{j-1} == x_i
+    before = torch.cat([torch.full_like(token_ids[..., :1], -1), token_ids[..., :-1]], dim=-1)  # ids_{j-1}; -1 at 0
+    same = before[..., None, :] == token_ids[..., :, None]  # (..., T, T): ids_{j-1} == ids_i
     causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=token_ids.device).tril()  # j <= i
     return same & causal
 

@@ -259,5 +259,6 @@ def composition_over_training_figure(run: InductionRun, scores: dict[str, torch.
     if phase is not None:
         for ax in (loss_ax, score_ax):
             ax.axvspan(*phase, color="#e6e6e6", zorder=0)
-        loss_ax.text(sum(phase) / 2, 0.2, "phase\nchange", ha="center", fontsize=9, color="#555555")
+        loss_ax.text(sum(phase) / 2, 0.97, "phase change", ha="center", va="top", fontsize=9, color="#555555",
+                     transform=loss_ax.get_xaxis_transform())  # x in steps, y in axes units: above the curve
     return fig
