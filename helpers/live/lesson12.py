@@ -146,6 +146,10 @@ def sequence_explorer(model: InductionModel, text: str = EXAMPLES[0], max_tokens
     fig = CourseFigure(figsize=(10, 4 * num_layers + 0.6), layout="constrained")
     grid = fig.add_gridspec(num_layers, num_heads)
     maps = _head_grid(fig, grid, num_layers, num_heads, max_tokens, [""] * max_tokens)
+    for layer, row in enumerate(maps):
+        for head, heatmap in enumerate(row):
+            heatmap.ax.set_title(f"layer {layer} head {head}")
+    suptitle = fig.suptitle(" ", fontsize=10)  # the redraw sets its text: a new suptitle would lose the layout's place
     box = widgets.Text(value=text, description="your tokens (Enter)", style={"description_width": "initial"},
                        layout=widgets.Layout(width="420px"), continuous_update=False)
     examples = choice("examples", EXAMPLES, text if text in EXAMPLES else EXAMPLES[0])
@@ -166,12 +170,12 @@ def sequence_explorer(model: InductionModel, text: str = EXAMPLES[0], max_tokens
                 shown[:num_tokens, :num_tokens] = _causal_blank(all_weights[layer][0, head].cpu())
                 heatmap = maps[layer][head]
                 heatmap.update(shown, title=f"layer {layer} head {head}")
-                heatmap.ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="center")
+                heatmap.ax.set_xticks(range(max_tokens), labels=labels, rotation=0, ha="center")
                 heatmap.ax.set_yticks(range(max_tokens), labels=rows if head == 0 else labels)
                 heatmap.ax.set_xlim(-0.5, num_tokens - 0.5)  # only the tokens typed: no blank margin
                 heatmap.ax.set_ylim(num_tokens - 0.5, -0.5)
         dropped = "" if kept == text else "  (only letters and digits count; at most "f"{max_tokens - 1})"
-        fig.suptitle(f"•: the start token <s>; query rows: token → the model's next token{dropped}", fontsize=10)
+        suptitle.set_text(f"•: the start token <s>; query rows: token → the model's next token{dropped}")
 
     return LiveFigure(fig, redraw, {"example": examples, "text": box})
 
