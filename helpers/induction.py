@@ -169,8 +169,8 @@ def previous_token_score(attn_weights: torch.Tensor) -> torch.Tensor:
 def _prefix_targets(token_ids: torch.Tensor) -> torch.Tensor:
     """``(..., T)`` ids -> ``(..., T, T)`` bool: key ``j`` follows an earlier occurrence of query ``i``'s token."""
     num_tokens = token_ids.shape[-1]
-    before = torch.cat([torch.full_like(token_ids[..., :1], -1), token_ids[..., :-1]], dim=-1)  # x_{j-1}; -1 at 0
-    same = before[..., None, :] == token_ids[..., :, None]  # (..., T, T): x_{j-1} == x_i
+    before = torch.cat([torch.full_like(token_ids[..., :1], -1), token_ids[..., :-1]], dim=-1)  # ids_{j-1}; -1 at 0
+    same = before[..., None, :] == token_ids[..., :, None]  # (..., T, T): ids_{j-1} == ids_i
     causal = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=token_ids.device).tril()  # j <= i
     return same & causal
 
@@ -238,6 +238,8 @@ class InductionRun:
         watch_ids: ``(T,)`` one sequence of the evaluation batch, watched during training;
             ``watch_period`` its period Δ.
         watch_weights: ``(S, layers, H, T, T)`` every head's weights on ``watch_ids`` at each checkpoint.
+        states: ``S`` copies of the model's ``state_dict`` (on the CPU), one per checkpoint:
+            ``model.load_state_dict(run.states[k])`` gives the model as it was at ``steps[k]``.
     """
 
     model: InductionModel
@@ -250,6 +252,7 @@ class InductionRun:
     watch_ids: torch.Tensor
     watch_period: int
     watch_weights: torch.Tensor
+    states: list[dict[str, torch.Tensor]]
 
     def checkpoint(self, step: int) -> int:
         """Index of the checkpoint taken at ``step``."""
@@ -292,15 +295,16 @@ def train_induction_model(num_layers: int = 2, *, num_steps: int = 400, batch_si
                         record=record, record_every=checkpoint_every)
     return InductionRun(model, record.steps, losses, record.in_context, torch.tensor(record.previous),
                         torch.tensor(record.prefix), torch.tensor(record.copying), eval_ids[0].cpu(),
-                        int(eval_periods[0]), torch.stack(record.weights))
+                        int(eval_periods[0]), torch.stack(record.weights), record.states)
 
 
 class _Recorder:
-    """Called at every checkpoint: scores on the evaluation batch, the watched sequence's weights."""
+    """Called at every checkpoint: scores on the evaluation batch, the watched sequence's weights, the parameters."""
 
     def __init__(self, model: InductionModel, eval_ids: torch.Tensor, eval_periods: torch.Tensor):
         self.model, self.eval_ids, self.eval_periods = model, eval_ids, eval_periods
         self.steps, self.in_context, self.previous, self.prefix, self.copying, self.weights = [], [], [], [], [], []
+        self.states = []
 
     def __call__(self, step: int) -> None:
         logits, all_weights = self.model(self.eval_ids, return_weights=True)
@@ -310,3 +314,4 @@ class _Recorder:
         self.prefix.append([prefix_matching_score(w, self.eval_ids).tolist() for w in all_weights])
         self.copying.append([copying_score(self.model, layer).tolist() for layer in range(self.model.num_layers)])
         self.weights.append(torch.stack([w[0] for w in all_weights]).cpu())  # (layers, H, T, T)
+        self.states.append({name: value.detach().cpu().clone() for name, value in self.model.state_dict().items()})

@@ -32,7 +32,7 @@ def test_prefix_score_names_the_occurrence_itself_and_the_all_queries_mean():
         same = (token_ids[None, :] == token_ids[:, None]).tril(-1)
         return (attn_weights * same).sum(-1)[:, same.any(-1)].mean(-1)
     feedback = lesson12.prefix_score.check(occurrence)
-    assert feedback.status == "wrong" and "earlier occurrence of x_i itself" in feedback.message
+    assert feedback.status == "wrong" and "earlier occurrence of ids_i itself" in feedback.message
 
     def all_queries(attn_weights, token_ids):
         previous = torch.cat([torch.tensor([-1]), token_ids[:-1]])

@@ -4,8 +4,10 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.induction import TOKENS, encode, train_induction_model
-from helpers.live.lesson12 import best_heads, phase_change_figure, sequence_explorer, training_stepper
+from helpers.circuits import direct_logit_attribution, ov_circuit
+from helpers.induction import TOKENS, encode, repeated_sequences, train_induction_model
+from helpers.live.lesson12 import (best_heads, circuits_figure, composition_over_training_figure,
+                                   logit_attribution_figure, phase_change_figure, sequence_explorer, training_stepper)
 from helpers.plotting import figure_to_png
 
 
@@ -36,6 +38,10 @@ def test_stepper_shows_each_checkpoints_weights_and_scores(short_run):
         pictures.add(bytes(view.image.value))
     assert len(pictures) == 3, "every step must change the picture"
     assert repr(view) == "LiveFigure(step=20)"
+    assert f"period Δ = {short_run.watch_period}" in view.fig._suptitle.get_text()
+    starts = sorted(float(line.get_xdata()[0]) for line in heatmap_axes[0].lines
+                    if line.get_xdata()[0] == line.get_xdata()[1])   # the vertical lines
+    assert starts == [start - 0.5 for start in range(1, len(short_run.watch_ids), short_run.watch_period)]
 
 
 def test_sequence_explorer_follows_the_typed_tokens(short_run):
@@ -51,7 +57,8 @@ def test_sequence_explorer_follows_the_typed_tokens(short_run):
                                    np.tril(weights[0][0, 0].detach().numpy()), rtol=1e-6)
         assert np.isnan(shown[num_tokens:]).all()
         labels = [t.get_text() for t in view.fig.axes[0].get_xticklabels()][:num_tokens]
-        assert labels == [TOKENS[i] for i in ids[0].tolist()]
+        assert labels == ["•", *(TOKENS[i] for i in ids[0, 1:].tolist())]
+        assert view.fig.axes[0].get_xlim() == (-0.5, num_tokens - 0.5), "the panel shows the typed tokens only"
         pictures.add(bytes(view.image.value))
     assert len(pictures) == 3
     view.controls["text"].value = "a b!c"   # what is not a letter or a digit is left out, and the title says so
@@ -59,7 +66,7 @@ def test_sequence_explorer_follows_the_typed_tokens(short_run):
     view.controls["example"].value = "ABCDEFGH"    # an example button fills the text box and redraws
     assert view.controls["text"].value == "ABCDEFGH"
     labels = [t.get_text() for t in view.fig.axes[0].get_xticklabels()][:9]
-    assert labels == ["<s>", *"ABCDEFGH"]
+    assert labels == ["•", *"ABCDEFGH"]
     with pytest.raises(ValueError, match="at most 9"):
         sequence_explorer(short_run.model, "abcdefghij", max_tokens=10)
 
@@ -74,5 +81,27 @@ def test_phase_change_figure_plots_the_runs_numbers(short_run):
     expected = short_run.prefix_matching[:, 1, induction_head].tolist()
     assert list(score_ax.lines[1].get_ydata()) == pytest.approx(expected)
     assert figure_to_png(fig).startswith(b"\x89PNG")
+    with_guess = phase_change_figure(short_run, control, seen_guess=1.98)
+    assert with_guess.axes[0].lines[-1].get_ydata()[0] == pytest.approx(1.98)
     with pytest.raises(ValueError, match="two layers"):
         phase_change_figure(control)
+
+
+def test_circuit_and_attribution_figures_show_the_circuits(short_run):
+    model = short_run.model
+    fig = circuits_figure(model, 1, 0)
+    panels = [ax for ax in fig.axes if ax.images and ax.get_title()]
+    assert len(panels) == 4
+    np.testing.assert_allclose(np.asarray(panels[3].images[0].get_array()), ov_circuit(model, 1, 0).numpy(),
+                               rtol=1e-6)
+    ids, periods = repeated_sequences(1, generator=torch.Generator().manual_seed(3))
+    names, parts = direct_logit_attribution(model, ids)
+    fig = logit_attribution_figure(names, parts[:, 0], ids[0], int(periods[0]))
+    shown = np.asarray(fig.axes[0].images[0].get_array())   # (C, T - 1): the right next token's centred logit
+    centred = parts[:, 0, 5] - parts[:, 0, 5].mean(dim=-1, keepdim=True)
+    np.testing.assert_allclose(shown[:, 5], centred[:, ids[0, 6]].numpy(), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="parts"):
+        logit_attribution_figure(names[:-1], parts[:, 0], ids[0], 4)
+    scores = {side: torch.rand(len(short_run.steps), 2, 2) for side in "QKV"}
+    fig = composition_over_training_figure(short_run, scores, 1, 0, baseline=0.1, phase=(0, 10))
+    assert list(fig.axes[1].lines[0].get_ydata()) == pytest.approx(scores["K"][:, 1, 0].tolist())

@@ -42,8 +42,8 @@ def _reference_prefix_score(attn_weights, token_ids):
 
 def _solution_prefix_score(attn_weights, token_ids):
     num_tokens = token_ids.shape[0]
-    before = torch.cat([torch.tensor([-1]), token_ids[:-1]])              # x_{j-1} for every key j (none at 0)
-    follows_match = before[None, :] == token_ids[:, None]                 # (T, T): x_{j-1} == x_i
+    before = torch.cat([torch.tensor([-1]), token_ids[:-1]])              # ids_{j-1} for every key j (none at 0)
+    follows_match = before[None, :] == token_ids[:, None]                 # (T, T): ids_{j-1} == ids_i
     earlier = torch.ones(num_tokens, num_tokens, dtype=torch.bool).tril()  # j <= i: the occurrence came before
     targets = follows_match & earlier                                      # (T, T)
     counted = targets.any(dim=-1)                                          # (T,): queries that have a match
@@ -95,27 +95,27 @@ prefix_score = FunctionExercise(
     "write prefix_score(attn_weights, token_ids): attn_weights (H, T, T) are the weights of H heads on one sequence "
     "(rows = queries i, columns = keys j, each row sums to 1, from any layer, causal or not), token_ids (T,) its "
     "token ids. For each head, return the mean over the queries i that have a match of the weight query i puts on "
-    "its matches: the keys j with 1 <= j <= i whose previous token x_{j-1} equals x_i (the tokens that followed "
-    "an earlier occurrence of x_i; with several matches, add their weights). A query with no match is left out "
+    "its matches: the keys j with 1 <= j <= i whose previous token ids_{j-1} equals ids_i (the tokens that followed "
+    "an earlier occurrence of ids_i; with several matches, add their weights). A query with no match is left out "
     "of the mean. Return a tensor of shape (H,). Compute it yourself: do not call the course's "
     "prefix_matching_score.",
     reference=_reference_prefix_score,
     cases=_score_cases,
     hint=["Build a (T, T) True/False table first: is key j a match for query i? Two conditions make a match.",
-          "x_{j-1} for every j at once is the sequence shifted right by one place. Then compare it with x_i for "
+          "ids_{j-1} for every j at once is the sequence shifted right by one place. Then compare it with ids_i for "
           "every i at once (broadcasting a column against a row)."],
     solution=_solution_prefix_score,
     mistakes=[
-        Mistake(_occurrence_itself, "you score the weight on the earlier occurrence of x_i itself. A prefix-matching "
-                                    "head looks one step further: at the key j whose PREVIOUS token x_{j-1} is x_i "
+        Mistake(_occurrence_itself, "you score the weight on the earlier occurrence of ids_i itself. A prefix-matching "
+                                    "head looks one step further: at the key j whose PREVIOUS token ids_{j-1} is ids_i "
                                     "(the token that came next last time)."),
         Mistake(_every_query, "you average over every query, also those whose token has no match: they pull the mean "
                               "towards 0. Leave them out of the mean."),
         Mistake(_later_too, "you count matches after the query too (j > i). Only earlier occurrences count: j <= i. "
                             "In a causal layer those weights are 0 anyway, which is why the difference shows only on "
                             "weights that are not causal."),
-        Mistake(_token_before, "you compare x_i with the token AFTER key j (x_{j+1}); the score asks for the token "
-                               "before it, x_{j-1}: key j must be the token that followed x_i."),
+        Mistake(_token_before, "you compare ids_i with the token AFTER key j (ids_{j+1}); the score asks for the token "
+                               "before it, ids_{j-1}: key j must be the token that followed ids_i."),
     ],
     rules=[forbids(*_course_names("prefix_matching_score"), why="Build the table of matches yourself.")],
     name="lesson12.prefix_score",
