@@ -45,16 +45,18 @@ def _merge_cases(g: torch.Generator) -> list[Case]:
         Case("3 rows, d_v = 4, part b holds the larger maxima", two_parts((3,), 5, 4, 4, shift_b=3.0)),
         Case("3 rows, d_v = 4, part a holds the larger maxima", two_parts((3,), 4, 6, 4, shift_a=3.0)),
         Case("4 rows, d_v = 2, the larger maximum sometimes in a, sometimes in b", mixed),
+        # Before the empty parts: an answer that takes exp of a maximum on its own must meet these first, so that
+        # its message names that mistake and not the missing guard for two empty parts.
+        Case("3 rows, large scores (maxima near 500): exp of a maximum overflows",
+             two_parts((3,), 4, 5, 3, shift_a=500.0, shift_b=480.0)),
+        Case("3 rows, very negative scores (maxima near -500): exp of a maximum is 0",
+             two_parts((3,), 5, 4, 3, shift_a=-500.0, shift_b=-520.0)),
         Case("2 rows, part b has seen no keys yet: (-inf, 0, 0)",
              (*_state(randn(g, 2, 3), randn(g, 3, 3)), *_empty((2,), 3))),
         Case("2 rows, part a has seen no keys yet: (-inf, 0, 0)",
              (*_empty((2,), 3), *_state(randn(g, 2, 3), randn(g, 3, 3)))),
         Case("2 rows, neither part has seen a key (every key hidden so far)", (*_empty((2,), 3), *_empty((2,), 3))),
         Case("3 rows, only row 1 of part a has seen no key", tuple(one_empty_row)),
-        Case("3 rows, large scores (maxima near 500): exp of a maximum overflows",
-             two_parts((3,), 4, 5, 3, shift_a=500.0, shift_b=480.0)),
-        Case("3 rows, very negative scores (maxima near -500): exp of a maximum is 0",
-             two_parts((3,), 5, 4, 3, shift_a=-500.0, shift_b=-520.0)),
         Case("2 rows, sharply peaked: the maxima of a and b 60 apart", two_parts((2,), 3, 3, 4, shift_b=60.0)),
         Case("a batch of 2 x 3 rows, d_v = 5", two_parts((2, 3), 4, 7, 5, shift_a=1.0)),
     ]
@@ -98,6 +100,12 @@ def _merge_through_exp_of_the_maxima(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
 
 
+def _merge_through_exp_of_the_maxima_unguarded(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    ca, cb = torch.exp(max_a) / torch.exp(new_max), torch.exp(max_b) / torch.exp(new_max)
+    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
 def _merge_sums_only(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     new_max, new_sum, _ = _reference_merge(max_a, sum_a, acc_a, max_b, sum_b, acc_b)
     return new_max, new_sum, acc_a + acc_b
@@ -131,6 +139,11 @@ merge_states = FunctionExercise(
                 "right on ordinary scores, but you take exp of a maximum on its own (exp(m_a), exp(m_b)). "
                 "That overflows to inf for scores above about 88 and underflows to 0 below about -104, and inf/inf "
                 "or 0/0 is nan. Only ever take exp of a difference that is at most 0."),
+        Mistake(_merge_through_exp_of_the_maxima_unguarded,
+                "right on ordinary scores, but you take exp of a maximum on its own (exp(m_a), exp(m_b)). "
+                "That overflows to inf for scores above about 88 and underflows to 0 below about -104, and inf/inf "
+                "or 0/0 is nan. Only ever take exp of a difference that is at most 0, and mind two empty parts: "
+                "exp(-inf - (-inf)) is nan too."),
         Mistake(_merge_upside_down,
                 "your correction factors are upside down: they grow the part with the smaller maximum. A term "
                 "exp(s - m_a) becomes exp(s - m) by multiplying it with exp(m_a - m), which is at most 1."),
