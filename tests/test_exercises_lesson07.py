@@ -206,8 +206,13 @@ def _exp_of_the_maxima_written_plainly(max_a, sum_a, acc_a, max_b, sum_b, acc_b)
     return new_max, (sum_a * ea + sum_b * eb) / e, (acc_a * ea[..., None] + acc_b * eb[..., None]) / e[..., None]
 
 
-@pytest.mark.parametrize("wrong", [lesson07._merge_through_exp_of_the_maxima_unguarded,
-                                   _exp_of_the_maxima_written_plainly])
+def _exp_of_the_maxima_unguarded(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    ca, cb = torch.exp(max_a) / torch.exp(new_max), torch.exp(max_b) / torch.exp(new_max)
+    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
+@pytest.mark.parametrize("wrong", [_exp_of_the_maxima_unguarded, _exp_of_the_maxima_written_plainly])
 def test_merge_names_exp_of_a_maximum_even_without_the_empty_guard(wrong):
     """Such an answer also fails on two empty parts, but its real mistake is exp of a maximum on its own: the
     message must say so, not that it is right whenever one part has seen a key."""

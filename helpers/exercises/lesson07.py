@@ -100,12 +100,6 @@ def _merge_through_exp_of_the_maxima(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
 
 
-def _merge_through_exp_of_the_maxima_unguarded(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
-    new_max = torch.maximum(max_a, max_b)
-    ca, cb = torch.exp(max_a) / torch.exp(new_max), torch.exp(max_b) / torch.exp(new_max)
-    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
-
-
 def _merge_sums_only(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     new_max, new_sum, _ = _reference_merge(max_a, sum_a, acc_a, max_b, sum_b, acc_b)
     return new_max, new_sum, acc_a + acc_b
@@ -139,11 +133,6 @@ merge_states = FunctionExercise(
                 "right on ordinary scores, but you take exp of a maximum on its own (exp(m_a), exp(m_b)). "
                 "That overflows to inf for scores above about 88 and underflows to 0 below about -104, and inf/inf "
                 "or 0/0 is nan. Only ever take exp of a difference that is at most 0."),
-        Mistake(_merge_through_exp_of_the_maxima_unguarded,
-                "right on ordinary scores, but you take exp of a maximum on its own (exp(m_a), exp(m_b)). "
-                "That overflows to inf for scores above about 88 and underflows to 0 below about -104, and inf/inf "
-                "or 0/0 is nan. Only ever take exp of a difference that is at most 0, and mind two empty parts: "
-                "exp(-inf - (-inf)) is nan too."),
         Mistake(_merge_upside_down,
                 "your correction factors are upside down: they grow the part with the smaller maximum. A term "
                 "exp(s - m_a) becomes exp(s - m) by multiplying it with exp(m_a - m), which is at most 1."),
