@@ -108,7 +108,7 @@ def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
         ax.set_xticks(range(len(run.steps)), labels=[str(s) for s in run.steps], rotation=0, ha="center")
         heatmap.colorbar.remove()   # one colour bar for both panels
     bar = fig.colorbar(fig.axes[0].images[0], ax=fig.axes[:num_heads], ticks=[0, 0.25, 0.5, 0.75, 1.0],
-                       label="mean weight on the source\n(white at 0.5: where a row locks)", aspect=30)
+                       label="mean weight on the source\n(white = 0.5, the lock threshold)", aspect=30)
     bar.ax.axhline(0.5, color="black", linewidth=1.5)
     return fig
 
