@@ -472,9 +472,9 @@ class FunctionExercise:
         namespace = getattr(function, "__globals__", {})
         for case in cases:
             args, kwargs = case.fresh_args()
+            args_given, kwargs_given = args, kwargs   # for case.after_call: what the learner's call was handed
             calls: list[str] = []
             try:
-                args_given, kwargs_given = args, kwargs
                 with _watching(watched, namespace, calls):
                     got = function(*args, **kwargs)
             except NotImplementedError:
