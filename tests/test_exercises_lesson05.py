@@ -216,3 +216,11 @@ def test_the_spot_the_bug_task_describes_the_symptom_not_the_fix():
     task = lesson05.attention_map.task
     for fix in (r"eval", r"\bmode\b", r"training=False", r"no_grad", r"dropout"):
         assert not re.search(fix, task), fix
+
+
+def test_the_spread_task_says_which_shapes_the_checker_uses():
+    """The task must not tell the learner T_q = T_k when a case holds fewer queries than keys: it names the case."""
+    task = lesson05.dropout_spread.task
+    cases = lesson05.dropout_spread.cases(torch.Generator().manual_seed(lesson05.dropout_spread.seed))
+    assert any(tuple(c.args[0].shape[-2:]) == (3, 5) for c in cases)
+    assert "3 queries against 5 keys" in task and "T_q = T_k = T here" not in task

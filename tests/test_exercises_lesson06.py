@@ -535,3 +535,52 @@ def test_fused_wrong_fixes_are_named():
     for wrong in (naive_softmax, returns_inf):
         feedback = fused.check(wrong)
         assert feedback.status == "wrong", feedback.message
+
+
+# --- a loop over heads, one dropout call per head: each weight is dropped once, as the task says ---------------
+class LoopOverHeads(nn.Module):
+    """A learner's per-head loop: one slice of the projections per head, dropout once per head, a mask built in
+    forward (no buffer called `mask`)."""
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.num_heads, self.head_dim = num_heads, d_out // num_heads
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        t = x.shape[1]
+        q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
+        future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        heads = []
+        for h in range(self.num_heads):
+            part = slice(h * self.head_dim, (h + 1) * self.head_dim)
+            scores = q[..., part] @ k[..., part].transpose(1, 2) / math.sqrt(self.head_dim)   # (B, T, T)
+            weights = self.dropout(torch.softmax(scores.masked_fill(future, -math.inf), dim=-1))
+            heads.append(weights @ v[..., part])                                              # (B, T, D)
+        return self.out_proj(torch.cat(heads, dim=-1))
+
+
+class LoopOverHeadsDroppingTwice(LoopOverHeads):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        inner = self.dropout
+        self.dropout = nn.Sequential(inner, nn.Dropout(inner.p))   # each weight meets dropout twice
+
+
+def test_a_loop_over_heads_with_one_dropout_call_per_head_passes():
+    feedback = capstone.check(LoopOverHeads)
+    assert feedback.passed, feedback.message
+
+
+def test_a_loop_over_heads_that_drops_each_weight_twice_is_wrong():
+    feedback = capstone.check(LoopOverHeadsDroppingTwice)
+    assert feedback.status == "wrong" and "times" in feedback.message, feedback.message
+
+
+def test_the_capstone_task_says_how_often_dropout_runs_and_that_the_mask_needs_no_name():
+    task = capstone.task
+    assert "one call per head" in task and "buffer of any name" in task

@@ -197,3 +197,25 @@ def test_the_task_states_every_rule_the_checker_enforces():
                   "iter_tile_steps", "+450"):
         assert words in task, words
     assert "+500" in lesson07.merge_states.task
+
+
+def _exp_of_the_maxima_written_plainly(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    """A learner's way of writing the overflowing merge: no guard for empty parts, exp of each maximum."""
+    new_max = torch.max(max_a, max_b)
+    ea, eb, e = max_a.exp(), max_b.exp(), new_max.exp()
+    return new_max, (sum_a * ea + sum_b * eb) / e, (acc_a * ea[..., None] + acc_b * eb[..., None]) / e[..., None]
+
+
+def _exp_of_the_maxima_unguarded(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    ca, cb = torch.exp(max_a) / torch.exp(new_max), torch.exp(max_b) / torch.exp(new_max)
+    return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
+@pytest.mark.parametrize("wrong", [_exp_of_the_maxima_unguarded, _exp_of_the_maxima_written_plainly])
+def test_merge_names_exp_of_a_maximum_even_without_the_empty_guard(wrong):
+    """Such an answer also fails on two empty parts, but its real mistake is exp of a maximum on its own: the
+    message must say so, not that it is right whenever one part has seen a key."""
+    feedback = lesson07.merge_states.check(wrong)
+    assert feedback.status == "wrong" and "exp of a maximum on its own" in feedback.message, feedback.message
+    assert "whenever one part has seen a key" not in feedback.message

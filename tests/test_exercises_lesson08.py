@@ -245,3 +245,46 @@ def test_lock_steps_uses_irregular_checkpoint_steps():
         return torch.where(stays[-1], stays.int().argmax(dim=0) * every, -1)
 
     assert lesson08.lock_steps.check(assumes_even_steps).status == "wrong"
+
+
+# --- the holes of the December review, each closed as a class ----------------------------------------------------
+def test_lock_steps_rejects_at_or_above_where_the_task_says_above():
+    """A threshold no input reaches cannot tell > from >=: some case sits exactly on 0.5, and >= is named."""
+    wrong = (lambda w, steps: torch.where((w >= 0.5)[-1], steps[(w >= 0.5).flip(0).cumprod(0).flip(0).int()
+                                                                  .argmax(0)], -1))
+    feedback = lesson08.lock_steps.check(wrong)
+    assert feedback.status == "wrong" and "exactly 0.5" in feedback.message, feedback.message
+
+
+def test_every_threshold_of_lock_steps_has_an_input_on_it_that_changes_the_answer():
+    cases = lesson08.lock_steps.cases(torch.Generator().manual_seed(lesson08.lock_steps.seed))
+    assert any(bool((case.args[0] == 0.5).any()) for case in cases)
+    assert any(not torch.equal(lesson08._at_or_above(*case.args), lesson08.lock_steps.reference(*case.args))
+               for case in cases)
+
+
+def _history_rounded_down(model, train_one_step, num_steps, every):
+    """Right checkpoints, but training stops at the last multiple of `every`: fewer steps than asked for."""
+    history = [model.position_embedding.weight.detach().clone()]
+    for step in range(1, num_steps // every * every + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach().clone())
+    return torch.stack(history)
+
+
+def _history_one_step_too_many(model, train_one_step, num_steps, every):
+    history = [model.position_embedding.weight.detach().clone()]
+    for step in range(1, num_steps + 1):
+        train_one_step()
+        if step % every == 0:
+            history.append(model.position_embedding.weight.detach().clone())
+    train_one_step()
+    return torch.stack(history)
+
+
+@pytest.mark.parametrize("wrong", [_history_rounded_down, _history_one_step_too_many])
+def test_checkpoint_copies_counts_the_training_steps_the_task_states(wrong):
+    feedback = lesson08.checkpoint_copies.check(wrong)
+    assert feedback.status == "wrong" and "called train_one_step()" in feedback.message, feedback.message
+    assert "exactly num_steps" in feedback.message

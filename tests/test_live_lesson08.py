@@ -184,3 +184,23 @@ def test_block_diagram_says_what_its_outline_and_fill_mean():
 def test_block_diagram_rejects_bad_sizes(bad):
     with pytest.raises(ValueError, match=next(iter(bad))):
         transformer_block_diagram(**bad)
+
+
+def test_position_scores_figure_draws_one_panel_per_head_with_the_ideal_boxed():
+    import torch
+    from matplotlib.patches import Rectangle
+
+    from helpers.live.lesson08 import position_scores_figure
+    from helpers.toy_model import FetchTask
+
+    task = FetchTask.reversal(num_tokens=5, vocab_size=6)
+    scores = torch.randn(3, 5, 5, generator=torch.Generator().manual_seed(0)) * 4
+    fig = position_scores_figure(scores, task)
+    panels = [ax for ax in fig.axes if ax.get_title().startswith("Head")]
+    assert [ax.get_title() for ax in panels] == [f"Head {h}: position-only scores" for h in range(3)]
+    for ax in panels:
+        boxes = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill()]
+        assert sorted((round(b.get_y() + 0.5), round(b.get_x() + 0.5)) for b in boxes) == [(i, 4 - i) for i in range(5)]
+        assert "-0" not in [t.get_text() for t in ax.texts]
+    with pytest.raises(ValueError, match="position_scores"):
+        position_scores_figure(scores[:, :4], task)

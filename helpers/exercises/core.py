@@ -94,6 +94,12 @@ class Case:
             return value.clone() if isinstance(value, torch.Tensor) else value
         return tuple(copy(a) for a in self.args), {k: copy(v) for k, v in self.kwargs.items()}
 
+    def after_call(self, args: tuple, kwargs: dict) -> str | None:
+        """What the learner's call did wrong that its result cannot show, or None; ``args`` and ``kwargs`` are the
+        inputs it was given (from :meth:`fresh_args`). The default observes nothing; a case whose task states a
+        contract (inputs left unchanged, a function called exactly n times) overrides it."""
+        return None
+
 
 @dataclass
 class Mistake:
@@ -466,6 +472,7 @@ class FunctionExercise:
         namespace = getattr(function, "__globals__", {})
         for case in cases:
             args, kwargs = case.fresh_args()
+            args_given, kwargs_given = args, kwargs   # for case.after_call: what the learner's call was handed
             calls: list[str] = []
             try:
                 with _watching(watched, namespace, calls):
@@ -492,6 +499,9 @@ class FunctionExercise:
                 problem = rule.after(calls)
                 if problem:
                     return self._wrong(f"the values are right, but {problem}")
+            problem = case.after_call(args_given, kwargs_given)
+            if problem:
+                return self._wrong(f"on {case.description}, the values are right, but {problem}")
             previous.append((case, _as_tuple(got), _as_tuple(expected)))
         return Feedback("correct", f"✅ {self.title}: correct on all {len(cases)} test inputs "
                                    f"({', '.join(c.description for c in cases)}).")

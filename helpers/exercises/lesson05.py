@@ -78,12 +78,13 @@ def _with_variance(prob):
 
 dropout_spread = FunctionExercise(
     "How far a context vector strays",
-    "write dropout_spread(attn_weights, values, p) for any weights (..., T_q, T_k) (queries x keys; T_q = T_k = T "
-    "in the lesson), causal or not, and values (..., T_k, d_v). Return exactly (no simulation) a tuple "
+    "write dropout_spread(attn_weights, values, p) for any weights (..., T_q, T_k) (T_q queries x T_k keys; the "
+    "lesson has T_q = T_k = T, the checker also uses 3 queries against 5 keys), causal or not, and values "
+    "(..., T_k, d_v). Return exactly (no simulation) a tuple "
     "(probability, variance): for every query i, the probability that one dropout draw drops every non-zero weight "
     "of row i, so that z_i is all zeros (1 for a row with no non-zero weight), shape (..., T_q); then the variance "
     "over draws of each entry of z_i = sum_j a_ij v_j after dropout, shape (..., T_q, d_v). One weight a_ij after "
-    "dropout has variance a_ij**2 * p / (1 - p) (the lesson's first deep dive).",
+    "dropout has variance a_ij**2 * p / (1 - p) (the lesson's section 5).",
     reference=_reference_dropout_spread,
     cases=_spread_cases,
     hint=["Write one entry z_id as a sum over j of terms, each a random weight times a fixed number v_jd. The "

@@ -227,8 +227,15 @@ class _Coins:
 
     def __init__(self):
         self.calls: list[tuple[tuple[int, ...], float, bool]] = []
+        self.per_head = False   # True: a (B, H, T, T) call draws as H calls on (B, T, T), head by head
 
     def dropout(self, input, p=0.5, training=True, inplace=False):
+        if self.per_head and input.dim() == 4:   # the coins a loop over heads, one call per head, would get
+            self.per_head = False
+            try:
+                return torch.stack([self.dropout(input[:, h], p, training) for h in range(input.shape[1])], dim=1)
+            finally:
+                self.per_head = True
         self.calls.append((tuple(input.shape), float(p), bool(training)))
         if not training or p == 0.0:
             return input
@@ -442,6 +449,16 @@ class _ModuleExercise(FunctionExercise):
         if _close(got, expected):
             return None
         active = [(shape, p) for shape, p, training in learner_calls if training and p > 0]
+        one_head = layer.batch_size * layer.num_tokens * layer.num_tokens
+        if 1 < len(active) == layer.num_heads and all(math.prod(shape) == one_head for shape, _ in active):
+            coins.per_head = True   # a loop over heads drops each weight once too: compare it coin for coin
+            try:
+                with torch.no_grad(), coins.flipping({}):
+                    per_head = reference(x)
+            finally:
+                coins.per_head = False
+            if _close(got, per_head):
+                return None
         if not active:
             return self._wrong(f"{where}, in train() your layer applies no dropout (through nn.Dropout or "
                                f"F.dropout): with dropout={layer.dropout}, train() must drop attention weights. "
@@ -487,8 +504,10 @@ causal_multi_head = _ModuleExercise(
     "context_length, returns only the context vectors (batch_size, num_tokens, d_out). The checker gives your layer "
     "the course's weights and compares it with MultiHeadAttention on several sizes, in eval() and train(). Four "
     "nn.Linear attributes: W_query, W_key, W_value (d_in -> d_out, bias=qkv_bias) and out_proj (d_out -> d_out, "
-    "with bias), and no other parameters. Dropout: nn.Dropout(dropout) or F.dropout, once, on the attention weights "
-    "after the softmax, off in eval(); in train() the checker makes both layers drop the same weights. Not "
+    "with bias), and no other parameters; the causal mask may be a buffer of any name or be built in forward. "
+    "Dropout: nn.Dropout(dropout) or F.dropout on the attention weights after the softmax, each weight dropped "
+    "once (one call on all heads' weights, or one call per head), off in eval(); in train() the checker makes "
+    "both layers drop the same weights. Not "
     "allowed: F.scaled_dot_product_attention, the course's "
     "scaled_dot_product_attention, MultiHeadAttention, MultiHeadAttentionWrapper, CausalAttention, "
     "nn.MultiheadAttention.",

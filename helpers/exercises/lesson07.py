@@ -45,16 +45,18 @@ def _merge_cases(g: torch.Generator) -> list[Case]:
         Case("3 rows, d_v = 4, part b holds the larger maxima", two_parts((3,), 5, 4, 4, shift_b=3.0)),
         Case("3 rows, d_v = 4, part a holds the larger maxima", two_parts((3,), 4, 6, 4, shift_a=3.0)),
         Case("4 rows, d_v = 2, the larger maximum sometimes in a, sometimes in b", mixed),
+        # Before the empty parts: an answer that takes exp of a maximum on its own must meet these first, so that
+        # its message names that mistake and not the missing guard for two empty parts.
+        Case("3 rows, large scores (maxima near 500): exp of a maximum overflows",
+             two_parts((3,), 4, 5, 3, shift_a=500.0, shift_b=480.0)),
+        Case("3 rows, very negative scores (maxima near -500): exp of a maximum is 0",
+             two_parts((3,), 5, 4, 3, shift_a=-500.0, shift_b=-520.0)),
         Case("2 rows, part b has seen no keys yet: (-inf, 0, 0)",
              (*_state(randn(g, 2, 3), randn(g, 3, 3)), *_empty((2,), 3))),
         Case("2 rows, part a has seen no keys yet: (-inf, 0, 0)",
              (*_empty((2,), 3), *_state(randn(g, 2, 3), randn(g, 3, 3)))),
         Case("2 rows, neither part has seen a key (every key hidden so far)", (*_empty((2,), 3), *_empty((2,), 3))),
         Case("3 rows, only row 1 of part a has seen no key", tuple(one_empty_row)),
-        Case("3 rows, large scores (maxima near 500): exp of a maximum overflows",
-             two_parts((3,), 4, 5, 3, shift_a=500.0, shift_b=480.0)),
-        Case("3 rows, very negative scores (maxima near -500): exp of a maximum is 0",
-             two_parts((3,), 5, 4, 3, shift_a=-500.0, shift_b=-520.0)),
         Case("2 rows, sharply peaked: the maxima of a and b 60 apart", two_parts((2,), 3, 3, 4, shift_b=60.0)),
         Case("a batch of 2 x 3 rows, d_v = 5", two_parts((2, 3), 4, 7, 5, shift_a=1.0)),
     ]

@@ -40,7 +40,14 @@ def _curves_cases(g: torch.Generator) -> list[Case]:
     row_weights[:, 3] = torch.tensor([0.7, 0.8, 0.9, 0.4, 0.6, 0.7, 0.9])   # locked early, dips, locks again
     irregular = Case("7 checkpoints at the irregular steps 5, 6, 9, 20, 21, 50, 64 (none at 0), 4 rows",
                      (row_weights, torch.tensor([5, 6, 9, 20, 21, 50, 64])))
-    return [dips, smooth, early, irregular]
+    # The threshold itself: a weight of exactly 0.5 is not above 0.5 (0.5 is exact in float32).
+    row_weights, steps = curves(8, 4, 5)
+    row_weights[:, 0] = torch.tensor([0.1, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95])    # on 0.5, then above
+    row_weights[:, 1] = torch.tensor([0.1, 0.2, 0.3, 0.4, 0.45, 0.48, 0.49, 0.5])  # ends on 0.5: never locked
+    row_weights[:, 2] = torch.tensor([0.6, 0.7, 0.8, 0.5, 0.7, 0.8, 0.9, 0.9])     # dips onto 0.5 and back up
+    on_the_line = Case("8 checkpoints every 5 steps, 4 rows, three of which sit exactly on 0.5 at some checkpoint",
+                       (row_weights, steps))
+    return [dips, smooth, early, irregular, on_the_line]
 
 
 def _reference_lock_steps(row_weights, steps):
@@ -66,6 +73,11 @@ def _solution_lock_steps(row_weights, steps):
 def _first_crossing(row_weights, steps):
     above = row_weights > 0.5
     return torch.where(above.any(dim=0), steps[above.int().argmax(dim=0)], -1)
+
+
+def _at_or_above(row_weights, steps):
+    stays = (row_weights >= 0.5).flip(0).cumprod(dim=0).flip(0).bool()
+    return torch.where(stays[-1], steps[stays.int().argmax(dim=0)], -1)
 
 
 def _indices_not_steps(row_weights, steps):
@@ -97,6 +109,9 @@ lock_steps = FunctionExercise(
         Mistake(_first_crossing,
                 "you found the first checkpoint above 0.5. A row can cross 0.5 and fall back below it: it locks at "
                 "the first checkpoint from which it STAYS above."),
+        Mistake(_at_or_above,
+                "you count a weight of exactly 0.5 as above 0.5. The task says above: a row that sits on 0.5 has not "
+                "locked there (> rather than >=)."),
         Mistake(_indices_not_steps,
                 "your numbers are checkpoint indices (0, 1, 2, ...), not training steps. Look the step up in "
                 "`steps`."),
@@ -125,6 +140,7 @@ class _TrainingCase(Case):
         generator = torch.Generator().manual_seed(seed)
 
         def train_one_step() -> float:
+            train_one_step.calls += 1                                                # the checker counts the calls
             token_ids = task.sample(16, generator)                                   # (16, T): a fresh batch
             logits = model(token_ids)                                                # (16, T, vocab_size)
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), task.targets(token_ids).flatten())
@@ -133,7 +149,17 @@ class _TrainingCase(Case):
             optimizer.step()                                                         # changes every parameter in place
             return loss.item()
 
+        train_one_step.calls = 0
         return (model, train_one_step, num_steps, every), {}
+
+    def after_call(self, args: tuple, kwargs: dict) -> str | None:
+        _, train_one_step, num_steps, every = args
+        if train_one_step.calls != num_steps:
+            return (f"your function called train_one_step() {train_one_step.calls} times, and the task says exactly "
+                    f"num_steps = {num_steps} times. Training goes on after the last checkpoint when `every` does "
+                    f"not divide `num_steps` (here every = {every}): the model after the call must be the one "
+                    f"trained for num_steps steps.")
+        return None
 
 
 def _history_cases(g: torch.Generator) -> list[Case]:

@@ -16,6 +16,7 @@ import torch
 from matplotlib.patches import Patch, Rectangle
 
 from ..diagrams._draw import PALETTE
+from ..diagrams.tiles import _LIVE, _MASKED as _MASKED_CELL
 from ..efficient import iter_tile_steps
 from ..plotting import Bars, Heatmap, new_figure
 from ..widgets import LiveFigure, int_slider
@@ -73,7 +74,9 @@ def final_row_statistics(queries: torch.Tensor, keys: torch.Tensor) -> tuple[tor
 
 
 _FINISHED = PALETTE["context"]  # rows whose context vector z_i is written, as in the diagram
-_MASKED_CELL = "black"  # masked to -inf: unlike any colour of the diverging score scale, whose middle is pale grey
+# One visual code with the tiles diagram: red marks the live tile (filled there, outlined here, where the cells show
+# their scores), cells masked to -inf are the same grey, and the scores' scale holds neither red nor that grey.
+_SCORE_CMAP = "BrBG"  # diverging, brown below 0, teal above, near white at 0
 
 
 def _show_rows(bars: Bars, values: torch.Tensor, live_rows: range, finished: torch.Tensor) -> None:
@@ -99,7 +102,7 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
     """A slider over the steps of causal tiled attention on ``(T, d)`` queries, keys and values, one tile a step.
 
     Left: the scaled scores s_ij / sqrt(d_k) computed so far (colours centred on 0), the live tile outlined in red,
-    cells masked inside a diagonal tile in black, tiles never computed hatched. Right: each query row's running max
+    cells masked inside a diagonal tile in grey (as in the tiles diagram), tiles never computed hatched. Right: each query row's running max
     m_i and running sum ell_i after that step: the live tile's rows in red, rows already finished in grey (rows are
     taken block by block, so a started row is either live or finished; no final values are drawn, so the picture
     never shows what a row has not seen yet). Steps count from 0; ``step`` is
@@ -124,7 +127,7 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
         fig.delaxes(ax)
     max_ax, sum_ax = list(fig.axes)
     score_ax = fig.add_subplot(grid[:, 0])
-    score_map = Heatmap(score_ax, snapshots[0]["scores"], tokens, tokens, cmap="coolwarm", vmin=-limit, vmax=limit,
+    score_map = Heatmap(score_ax, snapshots[0]["scores"], tokens, tokens, cmap=_SCORE_CMAP, vmin=-limit, vmax=limit,
                         colorbar_label="scaled score $s_{ij}/\\sqrt{d_k}$")
     tile_of = _tile_of_each_cell(num_tokens, tile_size)
     masked_cells = []  # (tile index, patch): computed, then masked to -inf; shown once their tile is reached
@@ -136,17 +139,17 @@ def tile_explorer(tokens, queries: torch.Tensor, keys: torch.Tensor, values: tor
             else:
                 masked_cells.append((tile_of[r][c], score_ax.add_patch(
                     Rectangle((c - 0.5, r - 0.5), 1, 1, facecolor=_MASKED_CELL, linewidth=0, zorder=2.1))))
-    live_tile = score_ax.add_patch(Rectangle((-0.5, -0.5), tile_size, tile_size, fill=False, edgecolor="red",
+    live_tile = score_ax.add_patch(Rectangle((-0.5, -0.5), tile_size, tile_size, fill=False, edgecolor=_LIVE,
                                              linewidth=3, clip_on=False, zorder=5))
-    score_ax.legend(handles=[Patch(facecolor=_MASKED_CELL, label="masked to $-\\infty$"),
+    score_ax.legend(handles=[Patch(facecolor=_MASKED_CELL, label="computed, then masked to $-\\infty$"),
                              Patch(facecolor="white", edgecolor="#bdbdbd", hatch="////", label="never computed"),
                              Patch(facecolor="white", edgecolor="#525252", label="not reached yet")],
                     loc="upper right", fontsize=8.5, framealpha=1.0)
     # fixed axes for the whole walk: a running max lies between the lowest visible score and the largest row maximum
     lowest = float(all_scores.masked_fill(torch.ones_like(all_scores, dtype=torch.bool).triu(1), float("inf")).min())
-    max_bars = Bars(max_ax, torch.zeros(num_tokens), tokens, xlabel="",
+    max_bars = Bars(max_ax, torch.zeros(num_tokens), tokens, xlabel="", highlight_color=_LIVE,
                     ylabel="running max $m_i$", ylim=(min(0.0, lowest) - 0.3, float(final_max.max()) + 0.4))
-    sum_bars = Bars(sum_ax, torch.zeros(num_tokens), tokens, xlabel="query token",
+    sum_bars = Bars(sum_ax, torch.zeros(num_tokens), tokens, xlabel="query token", highlight_color=_LIVE,
                     ylabel="running sum $\\ell_i$", ylim=(0.0, float(final_sum.max()) + 0.5))
     max_ax.legend(handles=[Patch(color=max_bars.highlight_color, label="rows of the live tile"),
                            Patch(facecolor=_FINISHED, edgecolor="#525252", label="rows finished")],

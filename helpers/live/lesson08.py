@@ -21,7 +21,7 @@ from ..toy_model import FetchTask, ToyTrainingRun
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["key_labels", "query_labels", "mark_ideal", "ideal_pattern_figure", "heads_figure", "locking_figure",
-           "training_explorer"]
+           "position_scores_figure", "training_explorer"]
 
 XLABEL = "key: input token $j$"
 YLABEL = "query: output position $i$"
@@ -86,6 +86,31 @@ def heads_figure(run: ToyTrainingRun, task: FetchTask, watch_ids: torch.Tensor, 
     return fig
 
 
+def position_scores_figure(position_scores: torch.Tensor, task: FetchTask) -> CourseFigure:
+    """Each head's position-only scores ``(H, T, T)``: row ``i``, column ``j`` is query position ``i``'s score for key
+    position ``j`` with no letter involved, on a two-way scale centred at 0 (brown below, teal above); red boxes mark
+    the task's ideal pattern, and each value is written in its cell."""
+    if not isinstance(position_scores, torch.Tensor) or position_scores.dim() != 3 or \
+            position_scores.shape[1:] != (task.num_tokens, task.num_tokens):
+        raise ValueError(f"position_scores must have shape (num_heads, {task.num_tokens}, {task.num_tokens}), got "
+                         f"{tuple(getattr(position_scores, 'shape', ()))}")
+    scores = position_scores.detach().cpu().round() + 0.0   # whole numbers in the cells; + 0.0 turns -0 into 0
+    num_heads, limit = scores.shape[0], float(scores.abs().max())
+    fig = new_figure(5.2 * num_heads + 0.8, 4.6, ncols=num_heads)
+    positions = [str(j) for j in range(task.num_tokens)]
+    for head, ax in enumerate(fig.axes[:num_heads]):
+        heatmap = Heatmap(ax, scores[head], [f"out {i}" for i in range(task.num_tokens)], positions, cmap="BrBG",
+                          vmin=-limit, vmax=limit, fmt="{:.0f}", xlabel="key position $j$",
+                          ylabel="query: output position $i$" if head == 0 else "",
+                          title=f"Head {head}: position-only scores",
+                          colorbar_label="$(P_i W_q)\\cdot(P_j W_k)/\\sqrt{d_\\mathrm{head}}$"
+                          if head == num_heads - 1 else "")
+        if head < num_heads - 1:
+            heatmap.colorbar.remove()   # one colour bar: the panels share the scale
+        mark_ideal(ax, task)
+    return fig
+
+
 def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
     """For each head, the weight every output position puts on its source at every checkpoint.
 
@@ -108,7 +133,7 @@ def locking_figure(run: ToyTrainingRun, task: FetchTask) -> CourseFigure:
         ax.set_xticks(range(len(run.steps)), labels=[str(s) for s in run.steps], rotation=0, ha="center")
         heatmap.colorbar.remove()   # one colour bar for both panels
     bar = fig.colorbar(fig.axes[0].images[0], ax=fig.axes[:num_heads], ticks=[0, 0.25, 0.5, 0.75, 1.0],
-                       label="mean weight on the source\n(white at 0.5: where a row locks)", aspect=30)
+                       label="mean weight on the source\n(white = 0.5, the lock threshold)", aspect=30)
     bar.ax.axhline(0.5, color="black", linewidth=1.5)
     return fig
 
