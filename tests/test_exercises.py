@@ -54,7 +54,7 @@ def test_every_lesson_has_two_to_four_exercises_and_a_spot_the_bug():
     lessons = {}
     for name, exercise in ALL.items():
         lessons.setdefault(name.split(".")[0], []).append(exercise)
-    assert len(lessons) == 12
+    assert len(lessons) == 13
     for lesson, items in lessons.items():
         plain = [e for e in items if not isinstance(e, SpotTheBug)]
         assert 2 <= len(plain) <= 4 or (len(plain) >= 1 and len(items) <= 4), lesson
