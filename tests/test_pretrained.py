@@ -1,30 +1,25 @@
 """The course's encoder with the published weights computes what Hugging Face transformers computes.
 
-tests/data/minilm_reference.safetensors was written by scripts/make_minilm_reference.py with transformers'
+helpers/data/minilm_reference.safetensors was written by scripts/make_minilm_reference.py with transformers'
 BertModel (an independent implementation) on ten sentences of different lengths, run as one padded batch.
 """
 
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
 from helpers.modules import MultiHeadAttention
-from helpers.pretrained import (SHA256, MiniLMEncoder, bert_to_course, file_sha256, knocked_out_heads,
-                                load_minilm, mean_pool, model_files, read_safetensors, verify_sha256)
+from helpers.pretrained import (SHA256, MiniLMEncoder, bert_to_course, compare_with_reference, file_sha256,
+                                knocked_out_heads, load_minilm, model_files, read_reference, read_safetensors,
+                                verify_sha256)
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.safetensors"
+REFERENCE = Path(__file__).resolve().parents[1] / "helpers" / "data" / "minilm_reference.safetensors"
 
 
 @pytest.fixture(scope="module")
 def reference():
-    from safetensors import safe_open
-
-    with safe_open(str(REFERENCE), "pt") as f:
-        tensors = {k: f.get_tensor(k) for k in f.keys()}
-        meta = f.metadata()
-    return json.loads(meta["sentences"]), json.loads(meta["layers"]), tensors
+    return read_reference(REFERENCE)
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +35,8 @@ def run(encoder, tokenizer, sentences):
 
 
 def max_errors(encoder, tokenizer, reference):
-    sentences, layers, ref = reference
-    token_ids, padding_mask, out = run(encoder, tokenizer, sentences)
-    embeddings = mean_pool(out.hidden_states[-1], padding_mask)
-    errors = {"ids": 0.0, "embedding": 0.0, "hidden": 0.0, **{f"attn{layer}": 0.0 for layer in layers}}
-    for i in range(len(sentences)):
-        n = int((~padding_mask[i]).sum())
-        assert token_ids[i, :n].tolist() == ref[f"ids.{i}"].tolist()
-        errors["embedding"] = max(errors["embedding"], (embeddings[i] - ref[f"embedding.{i}"]).abs().max().item())
-        errors["hidden"] = max(errors["hidden"], (out.hidden_states[-1][i, :n] - ref[f"hidden.{i}"]).abs().max().item())
-        for layer in layers:
-            diff = out.attn_weights[layer][i, :, :n, :n] - ref[f"attn{layer}.{i}"]
-            errors[f"attn{layer}"] = max(errors[f"attn{layer}"], diff.abs().max().item())
+    errors = compare_with_reference(encoder, tokenizer, reference)
+    assert errors.pop("ids") == 0
     return errors
 
 
@@ -64,9 +49,9 @@ def test_reference_file_covers_varied_padded_batch(reference):
 def test_equals_transformers_bert(loaded, reference):
     encoder, tokenizer = loaded
     errors = max_errors(encoder, tokenizer, reference)
-    assert errors["embedding"] < 1e-5, errors
-    assert errors["hidden"] < 1e-4, errors
-    assert all(errors[k] < 1e-5 for k in errors if k.startswith("attn")), errors
+    assert errors["sentence embedding"] < 1e-5, errors
+    assert errors["last hidden states"] < 1e-4, errors
+    assert all(errors[k] < 1e-5 for k in errors if k.startswith("attention")), errors
 
 
 def test_padding_changes_nothing(loaded):
@@ -100,7 +85,7 @@ def test_one_weight_loaded_wrongly_is_caught(loaded, reference, bug):
     broken = MiniLMEncoder()
     broken.load_state_dict(state)
     errors = max_errors(broken.eval(), tokenizer, reference)
-    assert errors["embedding"] > 1e-2, errors  # a thousand times the tolerance above
+    assert errors["sentence embedding"] > 1e-2, errors  # a thousand times the tolerance above
 
 
 def test_hashes_and_file_checks(tmp_path):

@@ -1,6 +1,6 @@
 """The course's WordPiece gives the ids of the `tokenizers` library on thousands of texts.
 
-tests/data/wordpiece_reference.json.gz holds the texts (edge cases: accents, Greek capitals, CJK, control
+helpers/data/wordpiece_reference.json.gz holds the texts (edge cases: accents, Greek capitals, CJK, control
 characters, special tokens written in the text, over-long words; the notebooks' cells; the standard library's
 docstrings) and the ids `tokenizers` gave them, written by scripts/make_minilm_reference.py in a throwaway
 environment: the library never enters the course's.
@@ -15,7 +15,7 @@ import pytest
 from helpers.pretrained import model_files
 from helpers.wordpiece import WordPieceTokenizer
 
-REFERENCE = Path(__file__).resolve().parent / "data" / "wordpiece_reference.json.gz"
+REFERENCE = Path(__file__).resolve().parents[1] / "helpers" / "data" / "wordpiece_reference.json.gz"
 
 
 @pytest.fixture(scope="module")
