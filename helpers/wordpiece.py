@@ -65,6 +65,7 @@ class WordPieceTokenizer:
                 raise ValueError(f"{name} must be an int >= {3 if name == 'max_length' else 1}, got {value!r}")
         self.vocab, self.max_length, self.max_chars = vocab, max_length, max_input_chars_per_word
         self.pieces = {i: piece for piece, i in vocab.items()}  # id -> piece
+        self._known: dict[str, list[str]] = {}  # word -> its pieces, for words met before
         specials = [t for t in self.special_tokens if t in vocab]
         self._special_split = re.compile("(" + "|".join(re.escape(t) for t in specials) + ")")
 
@@ -102,6 +103,11 @@ class WordPieceTokenizer:
 
     def wordpiece(self, word: str) -> list[str]:
         """Step 2: the longest pieces of the vocabulary that cover ``word`` from the left, else ``["[UNK]"]``."""
+        if word not in self._known:
+            self._known[word] = self._wordpiece(word)
+        return list(self._known[word])
+
+    def _wordpiece(self, word: str) -> list[str]:
         if len(word) > self.max_chars:
             return ["[UNK]"]
         pieces, start = [], 0

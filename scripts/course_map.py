@@ -27,6 +27,7 @@ SHORT_TITLES = {
     "10": "cross-attention",
     "11": "generation: KV cache, GQA, windows",
     "12": "two layers: induction heads, sinks",
+    "13": "a real model: MiniLM's heads",
 }
 LINE = re.compile(r"^\*\*Course map:\*\*.*$", re.M)
 
