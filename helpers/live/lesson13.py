@@ -32,7 +32,7 @@ def score_grid(scores: dict[str, torch.Tensor], marked: dict[str, tuple[int, int
         if marked and name in marked:
             layer, head = marked[name]
             ax.add_patch(Rectangle(
-                (head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2))
+                (head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2, zorder=3))
     for ax in axes[:-1]:
         ax.images[0].colorbar.remove()
     return fig
@@ -47,7 +47,7 @@ def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int =
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     num_layers, num_heads = encoder.num_layers, encoder.num_heads
     fig = CourseFigure(figsize=(12.5, 6.4))  # fixed positions: no layout engine to rerun on every redraw
-    main_ax = fig.add_axes((0.06, 0.16, 0.42, 0.75))
+    main_ax = fig.add_axes((0.085, 0.16, 0.40, 0.75))
     grid = fig.add_gridspec(num_layers, num_heads, left=0.53, right=0.99, bottom=0.17, top=0.89, wspace=0.12,
                             hspace=0.12)
     blank = torch.full((max_tokens, max_tokens), float("nan"))
@@ -86,7 +86,8 @@ def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int =
         size = 9 if num_tokens <= 16 else 7.5 if num_tokens <= 24 else 6.5
         main.update(shown, title=f"layer {layer}, head {head}: where each token looks"
                                  + (f"\n(only the first {max_tokens} tokens are shown)" if cut else ""))
-        main_ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="center", fontsize=size)
+        main_ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="right", va="center", fontsize=size,
+                           rotation_mode="anchor")
         main_ax.set_yticks(range(max_tokens), labels=labels, fontsize=size)
         main_ax.set_xlim(-0.5, num_tokens - 0.5)
         main_ax.set_ylim(num_tokens - 0.5, -0.5)
