@@ -124,7 +124,7 @@ class EncoderBlock(nn.Module):
     def forward(self, x: torch.Tensor, padding_mask: torch.Tensor | None = None):
         """``x`` ``(B, T, d_model)`` -> ``(x, attn_weights)``: ``(B, T, d_model)``, ``(B, H, T, T)``."""
         context_vecs, attn_weights = self.attention(x, return_weights=True, padding_mask=padding_mask)
-        x = self.norm1(x + context_vecs)  # post-LN: normalise after the residual sum (BERT; notebook 08 used pre-LN)
+        x = self.norm1(x + context_vecs)  # post-LN: after the residual sum (BERT); GPT-2 (notebook 08) norms before
         x = self.norm2(x + self.feed_forward(x))
         return x, attn_weights
 
