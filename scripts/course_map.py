@@ -27,6 +27,7 @@ SHORT_TITLES = {
     "10": "cross-attention",
     "11": "generation: KV cache, GQA, windows",
     "12": "two layers: induction heads, sinks",
+    "13": "a real model: MiniLM's heads",
     "14": "large models: MLA, cache sizes, linear attention",
 }
 LINE = re.compile(r"^\*\*Course map:\*\*.*$", re.M)

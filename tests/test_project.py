@@ -44,7 +44,7 @@ def _requirements(extras=("lab", "test")):
 
 def test_runtime_requirements_are_ranges_without_a_front_end():
     runtime = _requirements(extras=())
-    assert {_name(r.name) for r in runtime} == {"torch", "numpy", "matplotlib", "ipywidgets"}
+    assert {_name(r.name) for r in runtime} == {"torch", "numpy", "matplotlib", "ipywidgets", "safetensors"}
     for requirement in runtime:
         assert not any(spec.operator in ("==", "===") for spec in requirement.specifier), f"{requirement} is a pin"
     widgets = next(r for r in runtime if r.name == "ipywidgets").specifier

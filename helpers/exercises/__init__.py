@@ -15,14 +15,14 @@ The checkers live in :mod:`helpers.exercises.core`; the model answers live in th
 modules, away from the notebooks, so they are not seen by scrolling.
 """
 
-from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson14
+from . import lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10, lesson11, lesson12, lesson13, lesson14
 from .core import Case, Feedback, FunctionExercise, Mistake, Rule, SpotTheBug, forbids, no_loops, no_reseeding, requires
 from .records import progress
 
 __all__ = ["Case", "Feedback", "FunctionExercise", "Mistake", "SpotTheBug", "Rule", "no_loops", "forbids", "requires",
            "no_reseeding", "progress",
            "lesson01", "lesson02", "lesson03", "lesson04", "lesson05", "lesson06", "lesson07", "lesson08",
-           "lesson09", "lesson10", "lesson11", "lesson12", "lesson14",
+           "lesson09", "lesson10", "lesson11", "lesson12", "lesson13", "lesson14",
            "all_exercises"]
 
 
@@ -30,7 +30,7 @@ def all_exercises() -> dict[str, FunctionExercise]:
     """Every exercise of the course, as ``{"lesson02.stable_softmax": exercise}`` in course order."""
     found = {}
     for lesson in (lesson01, lesson02, lesson03, lesson04, lesson05, lesson06, lesson07, lesson08, lesson09, lesson10,
-                   lesson11, lesson12, lesson14):
+                   lesson11, lesson12, lesson13, lesson14):
         for name in lesson.__all__:
             found[f"{lesson.__name__.rsplit('.', 1)[1]}.{name}"] = getattr(lesson, name)
     return found

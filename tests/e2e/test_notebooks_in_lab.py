@@ -261,7 +261,8 @@ def _wait_for_live_figures(panel, expected: int, transport: str | None = None) -
 
 
 def _move_control(page, control, kind: str) -> str:
-    """Move a slider one step (ArrowRight, or ArrowLeft at its maximum) or click another toggle button.
+    """Move a slider one step (ArrowRight, or ArrowLeft at its maximum), click another toggle button, or type a new
+    text into a text box (its text reversed, as scripts/move_controls.py does) and press Enter.
 
     Returns a description of what was done. Must trigger exactly one value change.
     """
@@ -272,6 +273,13 @@ def _move_control(page, control, kind: str) -> str:
         handle.focus()
         page.keyboard.press(key)
         return key
+    if kind == "text":
+        box = control.locator("input").first
+        old = box.input_value()
+        new = (old[::-1] if old[::-1] != old else old + old[:1]) or "abc"
+        box.fill(new)
+        box.press("Enter")
+        return f"type {new!r} + Enter"
     buttons = control.locator("button")
     for i in range(buttons.count()):
         button = buttons.nth(i)
@@ -283,6 +291,8 @@ def _move_control(page, control, kind: str) -> str:
 
 
 def _readout(control, kind: str) -> str:
+    if kind == "text":
+        return control.locator("input").first.input_value()
     if kind == "slider":
         return control.locator(".widget-readout").first.inner_text().strip()
     return control.locator("button.mod-active").first.inner_text().strip()
@@ -380,7 +390,7 @@ RERUN_WITH_TEXT_TRANSPORT = """async (code) => {
 
 def _move_every_control(page, panel, name: str, stem: str, count: int, transport: str, screenshot_dir, latency_log,
                         problems: list[str]) -> int:
-    """Move each slider and toggle-button group of the ``count`` live figures in ``panel`` once; the picture must
+    """Move each slider, toggle-button group and text box of the ``count`` live figures in ``panel`` once; the picture must
     change (by ``transport``) within PICTURE_TIMEOUT_MS and fit its output area. Adds to ``problems``; returns how
     many moves changed the picture."""
     latencies: list[str] = []
@@ -391,8 +401,9 @@ def _move_every_control(page, panel, name: str, stem: str, count: int, transport
         assert image.evaluate("(el) => el.tagName.toLowerCase()") == expected_tag, \
             f"{name}: LiveFigure #{f} is not drawn with the {transport} transport"
         controls = ([("slider", c) for c in figure.locator(".widget-hslider").all()]
-                    + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()])
-        assert controls, f"{name}: LiveFigure #{f} has no slider or toggle buttons"
+                    + [("toggle", c) for c in figure.locator(".widget-toggle-buttons").all()]
+                    + [("text", c) for c in figure.locator(".widget-text").all()])
+        assert controls, f"{name}: LiveFigure #{f} has no slider, toggle buttons or text box"
         for c, (kind, control) in enumerate(controls):
             label = control.locator(".widget-label").first.inner_text().strip() if control.locator(
                 ".widget-label").count() else f"{kind}{c}"

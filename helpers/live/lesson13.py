@@ -1,0 +1,108 @@
+"""The pictures of notebook 13 (a real model): your sentence seen by one head, and by all 72 heads at once.
+
+Weights use a fixed 0..1 colour scale. A real encoder sees every token from every token (no causal mask), so
+every cell of a heatmap is a weight.
+"""
+
+from __future__ import annotations
+
+import ipywidgets as widgets
+from matplotlib.patches import Rectangle
+import torch
+
+from ..bert_heads import read_sentence
+from ..plotting import CourseFigure, Heatmap
+from ..pretrained import MiniLMEncoder
+from ..widgets import LiveFigure, choice, int_slider
+
+__all__ = ["sentence_explorer", "score_grid"]
+
+
+def score_grid(scores: dict[str, torch.Tensor], marked: dict[str, tuple[int, int]] | None = None) -> CourseFigure:
+    """One ``(L, H)`` heatmap per named head score (0..1 colour scale), side by side; ``marked``: a head to ring."""
+    fig = CourseFigure(figsize=(3.6 * len(scores) + 0.8, 3.0), layout="constrained")
+    axes = fig.subplots(1, len(scores), squeeze=False)[0]
+    for ax, (name, score) in zip(axes, scores.items()):
+        num_layers, num_heads = score.shape
+        Heatmap(ax, score, [str(i) for i in range(num_layers)], [str(h) for h in range(num_heads)], title=name,
+                xlabel="head", ylabel="layer", vmin=0.0, vmax=1.0, annotate=False,
+                colorbar_label="score" if ax is axes[-1] else "")
+        ax.tick_params(labelsize=8)
+        ax.set_xticks(range(num_heads), labels=[str(h) for h in range(num_heads)], rotation=0, ha="center")
+        if marked and name in marked:
+            layer, head = marked[name]
+            ax.add_patch(Rectangle(
+                (head - 0.5, layer - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=2, zorder=3))
+    for ax in axes[:-1]:
+        ax.images[0].colorbar.remove()
+    return fig
+
+
+def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int = 0, head: int = 2,
+                      max_tokens: int = 32) -> LiveFigure:
+    """A text box, a layer and a head: left, that head's weights over your sentence's tokens; right, all heads of
+    all layers (rows: layers, columns: heads), the chosen one framed in red. Sentences longer than ``max_tokens``
+    tokens (``[CLS]`` and ``[SEP]`` included) are cut, and the title says so."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    num_layers, num_heads = encoder.num_layers, encoder.num_heads
+    fig = CourseFigure(figsize=(12.5, 6.4))  # fixed positions: no layout engine to rerun on every redraw
+    main_ax = fig.add_axes((0.085, 0.16, 0.40, 0.75))
+    grid = fig.add_gridspec(num_layers, num_heads, left=0.53, right=0.99, bottom=0.17, top=0.89, wspace=0.12,
+                            hspace=0.12)
+    blank = torch.full((max_tokens, max_tokens), float("nan"))
+    main = Heatmap(main_ax, blank, [""] * max_tokens, [""] * max_tokens, annotate=False, vmin=0.0, vmax=1.0,
+                   colorbar_label="attention weight", xlabel="key token (looked at)", ylabel="query token (looking)")
+    main_ax.set_facecolor("#f2f2f2")
+    thumbs = []
+    for l in range(num_layers):
+        row = []
+        for h in range(num_heads):
+            ax = fig.add_subplot(grid[l, h])
+            image = ax.imshow(torch.zeros(2, 2).numpy(), vmin=0.0, vmax=1.0, cmap="viridis", interpolation="nearest",
+                              aspect="auto")
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if l == 0:
+                ax.set_title(str(h), fontsize=8)
+            if h == 0:
+                ax.set_ylabel(f"layer {l}", fontsize=8)
+            row.append((ax, image))
+        thumbs.append(row)
+    frame = [None]
+    box = widgets.Text(value=text, description="your sentence (Enter)", style={"description_width": "initial"},
+                       layout=widgets.Layout(width="560px"), continuous_update=False)
+
+    def redraw(text: str, layer: int, head: int) -> None:
+        reading = read_sentence(encoder, tokenizer, text)
+        tokens, weights = reading.tokens, reading.attn_weights  # (L, H, T, T)
+        cut = len(tokens) > max_tokens
+        if cut:
+            tokens, weights = tokens[:max_tokens], weights[:, :, :max_tokens, :max_tokens]
+        num_tokens = len(tokens)
+        shown = blank.clone()
+        shown[:num_tokens, :num_tokens] = weights[layer, head]
+        labels = tokens + [""] * (max_tokens - num_tokens)
+        size = 9 if num_tokens <= 16 else 7.5 if num_tokens <= 24 else 6.5
+        main.update(shown, title=f"layer {layer}, head {head}: where each token looks"
+                                 + (f"\n(only the first {max_tokens} tokens are shown)" if cut else ""))
+        main_ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="right", va="center", fontsize=size,
+                           rotation_mode="anchor")
+        main_ax.set_yticks(range(max_tokens), labels=labels, fontsize=size)
+        main_ax.set_xlim(-0.5, num_tokens - 0.5)
+        main_ax.set_ylim(num_tokens - 0.5, -0.5)
+        for l in range(num_layers):
+            for h in range(num_heads):
+                ax, image = thumbs[l][h]
+                image.set_data(weights[l, h].numpy())
+                image.set_extent((-0.5, num_tokens - 0.5, num_tokens - 0.5, -0.5))
+                chosen = (l, h) == (layer, head)
+                for spine in ax.spines.values():
+                    spine.set_edgecolor("red" if chosen else "black")
+                    spine.set_linewidth(2.5 if chosen else 0.5)
+        fig.suptitle(f"{num_tokens} tokens · right: all {num_layers * num_heads} heads (rows: layers 0-"
+                     f"{num_layers - 1}, columns: heads 0-{num_heads - 1})", fontsize=10)
+
+    controls = {"text": box, "layer": choice("layer", list(range(num_layers)), layer),
+                "head": int_slider("head", head, 0, num_heads - 1)}
+    return LiveFigure(fig, redraw, controls)

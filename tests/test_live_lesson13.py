@@ -1,0 +1,50 @@
+"""Notebook 13's pictures: every control changes the picture, and the picture shows the model's weights."""
+
+import numpy as np
+import pytest
+import torch
+
+from helpers.bert_heads import read_sentence
+from helpers.live.lesson13 import score_grid, sentence_explorer
+from helpers.pretrained import load_minilm
+
+
+@pytest.fixture(scope="module")
+def model():
+    return load_minilm()
+
+
+def test_sentence_explorer_follows_text_layer_and_head(model):
+    encoder, tokenizer = model
+    view = sentence_explorer(encoder, tokenizer, "The cat sat on the mat.", layer=0, head=2)
+    pictures = {bytes(view.image.value)}
+    main = view.fig.axes[0]
+    for control, value in (("text", "A much longer sentence about the bank of a river."), ("layer", 3), ("head", 7)):
+        view.controls[control].value = value
+        values = view.values()
+        reading = read_sentence(encoder, tokenizer, values["text"])
+        n = len(reading.tokens)
+        shown = np.asarray(main.images[0].get_array())
+        np.testing.assert_allclose(shown[:n, :n], reading.attn_weights[values["layer"], values["head"]].numpy(),
+                                   rtol=1e-6)
+        assert [t.get_text() for t in main.get_xticklabels()][:n] == reading.tokens
+        assert f"layer {values['layer']}, head {values['head']}" in main.get_title()
+        pictures.add(bytes(view.image.value))
+    assert len(pictures) == 4, "every control must change the picture"
+    thumbs = [ax for ax in view.fig.axes[1:] if ax.images and not ax.get_label() == "<colorbar>"]
+    assert len([ax for ax in thumbs if ax.images[0].get_array().shape == (n, n)]) == 72
+
+
+def test_long_sentences_are_cut_and_said_so(model):
+    encoder, tokenizer = model
+    view = sentence_explorer(encoder, tokenizer, " ".join(["word"] * 40), max_tokens=32)
+    assert "only the first 32 tokens" in view.fig.axes[0].get_title()
+    with pytest.raises(TypeError, match="text must be a str"):
+        sentence_explorer(encoder, tokenizer, 3)
+
+
+def test_score_grid_shows_the_scores():
+    scores = {"a": torch.rand(6, 12), "b": torch.rand(6, 12)}
+    fig = score_grid(scores, marked={"a": (0, 2)})
+    np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), scores["a"].numpy())
+    assert len(fig.axes[0].patches) == 1
