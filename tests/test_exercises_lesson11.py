@@ -173,3 +173,22 @@ def test_rope_cache_names_the_course_mask_given_to_torch_sdpa():
     feedback = lesson11.rope_cache.check(answer)
     assert feedback.status == "wrong" and "True = take part" in feedback.message, feedback.message
     assert "True = hide" in lesson11.rope_cache.task
+
+
+def test_rope_cache_task_states_the_tools_signature_without_giving_the_positions_away():
+    task = lesson11.rope_cache.task
+    assert "apply_rope(x, positions)" in task and "0 cached" in task
+    assert "0 .. num_cached - 1" not in task and "positions num_cached" not in task
+
+
+def test_the_buggy_rope_step_is_right_with_an_empty_cache_and_wrong_after_three_cached_tokens():
+    # The notebook's comparison: 4 tokens with 0 cached, then the last one after 3 cached; only the fix agrees.
+    generator = torch.Generator().manual_seed(5)
+    queries, keys, values = torch.randn(3, 1, 4, 8, generator=generator)
+    empty = keys[:, :0]
+    full = _attend(apply_rope(queries), apply_rope(keys), values)[:, -1]    # every token rotated at 0..3
+    split = (queries[:, 3:], keys[:, 3:], values[:, 3:], apply_rope(keys[:, :3]), values[:, :3])
+    buggy = lesson11.rope_cache.buggy
+    torch.testing.assert_close(buggy(queries, keys, values, empty, empty)[:, -1], full)
+    assert not torch.allclose(buggy(*split)[:, -1], full, atol=1e-3)
+    torch.testing.assert_close(lesson11.rope_cache.reference(*split)[:, -1], full)

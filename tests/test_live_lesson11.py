@@ -27,6 +27,8 @@ def test_stepper_shows_each_steps_weights_and_cache(cached_run):
         num_keys = 4 + step
         torch.testing.assert_close(torch.as_tensor(shown[:, :num_keys]), cached_run.weights[step][0])
         assert np.isnan(shown[:, num_keys:]).all()          # keys that do not exist yet stay blank
+        labels = [t for t in view.fig.axes[0].texts if t.get_text() == "not cached yet"]
+        assert len(labels) == 1 and labels[0].get_visible() == (num_keys < 15)   # labelled while any is blank
         assert f"Step {step}:" in view.fig.axes[0].get_title() and f"{num_keys} keys" in view.fig.axes[0].get_title()
         pictures.add(bytes(view.image.value))
     assert len(pictures) == 3, "every step must change the picture"

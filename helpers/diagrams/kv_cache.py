@@ -2,8 +2,8 @@
 
 :func:`kv_cache_step_diagram` draws the newest token ``x_t`` projected to one query ``q_t`` and one new row of
 ``K`` and of ``V``; the rows above come from the cache. The query meets every key: one row of scores
-``(1, T_k)``, one row of weights, one context vector ``z_t``. The arrows into the scores and into ``z_t`` leave the
-whole of ``K`` and of ``V`` (cached rows and the new one). The sizes come from the arguments.
+``(1, T_k)``, one row of weights, one context vector ``z_t``. The arrows into the scores and into ``z_t`` leave
+brackets beside the whole of ``K`` and of ``V`` (cached rows and the new one). The sizes come from the arguments.
 """
 
 from __future__ import annotations
@@ -42,20 +42,21 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     tensor_grid(ax, qx, top, 1, head_dim, color=PALETTE["queries"], name="$q_t = x_t W_q$",
                 shape_text=f"(1, {head_dim})")
     _outline(ax, qx, top, 1, head_dim)
-    arrow(ax, (0.5 + d_in, new_row + 0.2), (qx, top + 0.8))
+    arrow(ax, (0.5 + d_in, new_row + 0.2), (qx, top + 0.8), "$W_q$", fontsize=9, text_offset=(-0.6, 0.0))
     # the cache: K and V, the new row outlined
     kx, vx = qx, qx + head_dim + 2.5
     for x, color, name in ((kx, PALETTE["keys"], "$K$"), (vx, PALETTE["values"], "$V$")):
         tensor_grid(ax, x, cache_top, num_keys, head_dim, color=color, shape_text=f"({num_keys}, {head_dim})")
         label(ax, x - 0.8, cache_top + num_keys / 2, name, fontsize=11, fontweight="bold")  # left of the block
         _outline(ax, x, new_row, 1, head_dim)
-    ax.add_patch(Rectangle((kx - 0.25, cache_top - 0.15), vx + head_dim - kx + 0.5, num_cached + 0.05,
-                           fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
+    for x in (kx, vx):   # one dashed box per tensor, so the gap between K and V stays free for the K^T arrow
+        ax.add_patch(Rectangle((x - 0.15, cache_top - 0.15), head_dim + 0.3, num_cached + 0.05,
+                               fill=False, edgecolor="#3182bd", linewidth=1.5, linestyle="--"))
     label(ax, (kx + vx + head_dim) / 2, new_row + 3.0, f"dashed: from the cache (positions 0 to {num_cached - 1})",
           fontsize=9, color="#3182bd")
     arrow(ax, (0.5 + d_in, new_row + 0.5), (kx, new_row + 0.5), "$W_k$", fontsize=9)
     # x_t W_v: under K, then up between K and V and into V's new row
-    gap_x = kx + head_dim + 1.0
+    gap_x = kx + head_dim + 1.6
     ax.plot([0.5 + d_in / 2, 0.5 + d_in / 2, gap_x, gap_x], [new_row + 1.1, new_row + 1.9, new_row + 1.9,
             new_row + 0.5], color="#252525", linewidth=1.2)
     arrow(ax, (gap_x, new_row + 0.5), (vx, new_row + 0.5))
@@ -65,9 +66,10 @@ def kv_cache_step_diagram(num_cached: int = 4, d_in: int = 4, head_dim: int = 3)
     tensor_grid(ax, sx, top, 1, num_keys, color=PALETTE["scores"],
                 name="scores $q_t K^\\top / \\sqrt{d_\\mathrm{head}}$", shape_text=f"(1, {num_keys})")
     arrow(ax, (qx + head_dim, top + 0.5), (sx, top + 0.5))
-    ax.plot([kx, kx, kx + head_dim, kx + head_dim], [cache_top - 0.2, cache_top - 0.6, cache_top - 0.6,
-            cache_top - 0.2], color="#252525", linewidth=1.2)   # a bracket over all of K, touching it
-    arrow(ax, (kx + head_dim / 2, cache_top - 0.6), (sx + 0.5, top + 1.1))
+    k_bar = kx + head_dim + 0.6
+    ax.plot([kx + head_dim + 0.2, k_bar, k_bar, kx + head_dim + 0.2], [cache_top, cache_top, cache_top + num_keys,
+            cache_top + num_keys], color="#252525", linewidth=1.2)   # a bracket beside all of K, touching it
+    arrow(ax, (k_bar, cache_top), (sx + 0.5, top + 1.1), "$K^\\top$", fontsize=9, text_offset=(0.0, -0.1))
     wy = top + 3.5
     tensor_grid(ax, sx, wy, 1, num_keys, color=PALETTE["weights"], name="weights $a_t$ (softmax)",
                 shape_text=f"(1, {num_keys})")

@@ -199,13 +199,13 @@ def _attend(queries, keys, values, bottom_right=True):
 
 rope_cache = SpotTheBug(
     "Spot the bug: RoPE after a cache",
-    "rope_step(queries, keys, values, cached_keys, cached_values) should return the context vectors (B, T_q, D) "
-    "of one causal attention head with RoPE, for T_q new tokens that follow num_cached cached ones: queries, keys, "
-    "values (B, T_q, D) of the new tokens, not rotated yet; cached_keys (B, num_cached, D) already rotated at "
-    "positions 0 .. num_cached - 1 when they were cached; cached_values (B, num_cached, D). The code runs, and its "
-    "answer is right when the cache is empty, but wrong otherwise. Find the bug and fix it. apply_rope, "
-    "decode_mask (True = hide) and the course's scaled_dot_product_attention (True = hide; PyTorch's "
-    "F.scaled_dot_product_attention takes the opposite) or your own softmax may all be used.",
+    "rope_step(queries, keys, values, cached_keys, cached_values) should return the context vectors of one causal "
+    "attention head with RoPE for T_q new tokens that follow num_cached cached ones. Inputs: queries, keys, values "
+    "(B, T_q, D) of the new tokens, not rotated yet; cached_keys (B, num_cached, D), rotated when they were cached, "
+    "and cached_values (B, num_cached, D). Output: the new tokens' context vectors (B, T_q, D). Tools: "
+    "apply_rope(x, positions), decode_mask (True = hide), the course's scaled_dot_product_attention (True = hide; "
+    "PyTorch's F.scaled_dot_product_attention takes the opposite) or your own softmax. The buggy code runs, but "
+    "its answer is wrong: run it on a few tokens with 0 cached, then with some of them cached, compare, and fix it.",
     reference=_reference_rope_step,
     cases=_rope_cases,
     hint=["Take 1 new token after 5 cached ones. At which position does it stand, and at which position does "

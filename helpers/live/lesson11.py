@@ -43,7 +43,7 @@ def generation_stepper(result: Generation, vocab: str, step: int = 0, example: i
     """A slider over the generation steps of ``result`` (made with a cache).
 
     The newest query's weights over the keys in every head; the row grows by one column a step (one new key
-    in the cache), and the blank columns are positions not reached yet.
+    in the cache), and the blank columns, labelled "not cached yet", are positions not reached yet.
     """
     if result.cache is None:
         raise ValueError("result must come from generate(..., use_cache=True)")
@@ -60,6 +60,8 @@ def generation_stepper(result: Generation, vocab: str, step: int = 0, example: i
                           annotate=False, xlabel="key position $j$ in the cache (token·position)",
                           ylabel="query head", colorbar_label="weight $a_{tj}$")
     weights_ax.set_facecolor("#f7f7f7")
+    not_yet = weights_ax.text(0, (num_heads - 1) / 2, "not cached yet", ha="center", va="center", fontsize=11,
+                              color="#525252")
 
     def redraw(step: int) -> None:
         num_keys = num_prompt + step  # T_k: the prompt and the tokens generated before this step
@@ -71,6 +73,8 @@ def generation_stepper(result: Generation, vocab: str, step: int = 0, example: i
                                           f"meets $T_k$ = {num_keys} keys and picks {picked}")
         shown = [label if j < num_keys else "" for j, label in enumerate(columns)]  # no letters before they exist
         weights_ax.set_xticklabels(shown)
+        not_yet.set_x((num_keys - 0.5 + total - 0.5) / 2)   # centred on the blank columns, if any are left
+        not_yet.set_visible(num_keys < total)
 
     return LiveFigure(fig, redraw, {"step": int_slider("generation step", step, 0, num_steps - 1)})
 
