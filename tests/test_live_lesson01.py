@@ -78,6 +78,27 @@ def test_explorer_stretch_token_control(journey):
     assert (drawn[0, 1:] < 0).all() and drawn[0, 0] > 0, "a flipped token scores negative with the others"
 
 
+def test_explorer_marks_the_stretched_token_in_its_labels(journey):
+    """Without the controls (a stored picture), the labels say which token is stretched, and by how much."""
+    tokens, inputs = journey
+    explorer = score_explorer(inputs, tokens, query="journey", stretch="one", factor=3.0)
+    one = tokens.index("one")
+
+    def marks():
+        axes = [explorer.score_map.ax.get_yticklabels(), explorer.score_map.ax.get_xticklabels(),
+                explorer.query_bars.ax.get_xticklabels()]
+        return [[(label.get_text(), label.get_fontweight()) for label in labels] for labels in axes]
+
+    rows, columns, bars = marks()
+    assert rows[one] == ("one\n×3.0", "bold") and columns[one] == bars[one] == ("one", "bold")
+    assert all(weight == "normal" for i, (_, weight) in enumerate(rows + columns + bars) if i % len(tokens) != one)
+    explorer.controls["stretch_token"].value = "Your"
+    rows, columns, bars = marks()
+    assert rows[0] == ("Your\n×3.0", "bold") and rows[one] == ("one", "normal") and bars[0][1] == "bold"
+    explorer.controls["factor"].value = 1.0
+    assert all(weight == "normal" and "×" not in text for labels in marks() for text, weight in labels)
+
+
 def test_explorer_colour_bar_label_does_not_touch_the_bar_chart(journey):
     tokens, inputs = journey
     explorer = score_explorer(inputs, tokens)

@@ -57,7 +57,10 @@ def test_explorer_temperature_sharpens_and_flattens():
     warm = _shown(explorer).max(dim=-1).values
     assert (cold > warm).all() and cold.min() > 0.6
     assert (hot - 1 / 6).abs().max() < 0.1
-    assert "τ = 1.0" in explorer.heatmap.ax.title.get_text() and "T =" not in explorer.heatmap.ax.title.get_text()
+    title = explorer.heatmap.ax.title.get_text()
+    assert "τ" not in title and "\\tau" not in title and "T =" not in title, "at τ = 1 the title leaves τ out"
+    explorer.controls["temperature"].value = 0.5
+    assert "τ = 0.5" in explorer.heatmap.ax.title.get_text()
 
 
 def test_explorer_labels_count_from_zero_and_scale_is_fixed():

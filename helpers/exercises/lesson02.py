@@ -207,8 +207,7 @@ attention_any_shape = SpotTheBug(
     "attention(queries, keys, values) should return (context_vecs, attn_weights) for queries (..., T_q, d_k), "
     "keys (..., T_k, d_k) and values (..., T_k, d_v), any batch dimensions in front: Z = softmax(Q Kᵀ / "
     "sqrt(d_k)) V and the weights A, one row per query, without calling a library's attention function. The "
-    "code below gives the right answer on every example of sections 1 to 3 and its rows sum to 1, yet it is "
-    "wrong. On which inputs can it be right? Try it on one where it cannot, then fix it.",
+    "code below runs and its rows sum to 1, yet it is wrong. Find inputs of your own that expose it, then fix it.",
     reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
     cases=_attention_cases,
     hint=["In sections 1 to 3 the queries and the keys were the same vectors. What does that make of the score "

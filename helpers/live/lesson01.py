@@ -75,8 +75,26 @@ def score_explorer(inputs: torch.Tensor, tokens: Sequence[str], query: str = "jo
     bars_ax.legend([query_bars.bars[0], original_bars[0]], ["after stretching", "before stretching"],
                    loc="upper left", fontsize=9, frameon=False)
 
+    marked = {}  # the stretched token and factor the labels show: a change of them redraws the figure in full
+
+    def mark_stretched(stretched: int, factor: float) -> None:
+        """The stretched token's labels in bold (its row's with the factor below, which keeps the width the
+        first draw laid out); no mark at factor 1."""
+        state = (stretched, factor) if factor != 1.0 else None
+        if marked.get("state", "unset") == state:
+            return
+        marked["state"] = state
+        for ax, axis in ((score_map.ax, "x"), (score_map.ax, "y"), (bars_ax, "x")):
+            labels = [f"{token}\n×{factor:.1f}" if state and i == stretched and axis == "y" else token
+                      for i, token in enumerate(tokens)]
+            (ax.set_xticks if axis == "x" else ax.set_yticks)(range(len(tokens)), labels=labels)
+            ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+            for i, tick in enumerate(ticks):
+                tick.set_fontweight("bold" if state is not None and i == stretched else "normal")
+
     def redraw(query: str, stretch_token: str, factor: float) -> None:
         scores = stretched_scores(inputs, tokens.index(stretch_token), factor)
+        mark_stretched(tokens.index(stretch_token), factor)
         row = tokens.index(query)
         score_map.update(scores, title=f"Scores $S$, '{stretch_token}' stretched ×{factor:.1f}")
         _text_colours(score_map, scores, frames)

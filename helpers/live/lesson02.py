@@ -57,12 +57,15 @@ def demo_weights(d_k: int, scaled: bool = True, temperature: float = 1.0,
 
 
 def explorer_title(d_k: int, scaled: bool, temperature: float) -> str:
-    """The formula the heatmap shows, with the scaling written in (or said to be off), and the settings."""
-    if scaled:
-        formula = "$a_{ij}$ = softmax$_j(q_i \\cdot k_j \\,/\\, (\\sqrt{d_k}\\,\\tau))$"
+    """The formula the heatmap shows, with the scaling written in (or said to be off), and the settings; the
+    temperature τ only where it is not 1 (at 1 it changes nothing, and the core path has not met it yet)."""
+    if temperature == 1.0:
+        divisor, settings = ("\\sqrt{d_k}" if scaled else ""), f"$d_k$ = {d_k}"
     else:
-        formula = "no scaling: $a_{ij}$ = softmax$_j(q_i \\cdot k_j \\,/\\, \\tau)$"
-    return f"{formula}\n$d_k$ = {d_k}, τ = {temperature:.1f}"
+        divisor = "(\\sqrt{d_k}\\,\\tau)" if scaled else "\\tau"
+        settings = f"$d_k$ = {d_k}, τ = {temperature:.1f}"
+    formula = "$a_{ij}$ = softmax$_j(q_i \\cdot k_j" + (f" \\,/\\, {divisor}" if divisor else "") + ")$"
+    return ("" if scaled else "no scaling: ") + formula + "\n" + settings
 
 
 def scaling_explorer(d_k: int = 64, scaled: bool = True, temperature: float = 1.0) -> LiveFigure:
