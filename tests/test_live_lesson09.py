@@ -103,7 +103,6 @@ def test_long_sequence_figure_marks_the_trained_length_and_labels_strong_other_d
 
 
 def test_long_sequence_figure_labels_chosen_diagonals_clear_of_the_axis_labels():
-    from matplotlib.text import Text
     task = PositionTask("copy_back", offset=2)
     model = train_position_model(task, "rope", num_steps=5)
     ids = task.sample(1, 32, torch.Generator().manual_seed(5))[0]
@@ -117,10 +116,11 @@ def test_long_sequence_figure_labels_chosen_diagonals_clear_of_the_axis_labels()
     fig.canvas.draw()
     axes_box = fig.axes[0].get_window_extent()
     assert not labels["$j - i = +17$"].get_window_extent().overlaps(axes_box), "ahead: in the top margin"
-    for offset in (-21, -27):                          # behind: inside the panel, right of the diagonals, not in the
-        box = labels[f"$j - i = {offset}$"].get_window_extent()   # gap by the y label
-        assert axes_box.x0 < box.x0 and box.x1 < axes_box.x1, offset
-        assert box.x0 > fig.axes[0].transData.transform((32 - 1 - 21, 0))[0], offset
+    for offset in (-21, -27):   # behind: inside the panel, left-aligned right of the nearest diagonal behind,
+        label = labels[f"$j - i = {offset}$"]                             # not in the gap by the y label
+        text_x, text_y = label.xyann
+        assert label.anncoords == "data" and label.get_ha() == "left"
+        assert 32 - 1 - 21 < text_x < 31 - 6 and 0 <= text_y < 31, (offset, label.xyann)
     assert not [t for t in fig.axes[1].texts if "j - i" in t.get_text()]
     assert fig.axes[0].get_title().count("\n") == fig.axes[1].get_title().count("\n"), "titles at one height"
     assert len(fig.axes) == 3, "one shared colour bar, on the right"
