@@ -145,19 +145,28 @@ def test_rope_attention_accepts_right_forms(answer):
 
 def test_rope_attention_names_the_bug():
     feedback = lesson09.rope_attention.check(lesson09.rope_attention.buggy)
-    assert feedback.status == "wrong" and "values are turned too" in feedback.message, feedback.message
+    assert feedback.status == "wrong" and "queries are turned with adjacent pairs" in feedback.message, \
+        feedback.message
 
 
-def test_the_buggy_line_treats_queries_keys_and_values_alike():
-    # The bug must not be the one line that differs between the queries and the keys (a fix by eye, no shift test).
+def test_the_bug_is_one_the_lesson_core_does_not_spell_out():
+    # The lesson's core says the values are not turned (section 4, Summary); the bug is the mixed pair layouts,
+    # explained only in the deep dive after the exercises, and the values stay untouched in the buggy code.
     source = __import__("inspect").getsource(lesson09.rope_attention.buggy)
-    assert "pairs=" not in source and "halves" not in source
-    assert "for x in (queries, keys, values)" in source
+    assert 'apply_rope(keys, pairs="halves")' in source and "apply_rope(queries)" in source
+    assert "apply_rope(values" not in source and "in (queries, keys, values)" not in source
+
+
+def test_the_task_states_the_scaling_and_the_untouched_values():
+    task = lesson09.rope_attention.task
+    assert "sqrt(head_dim)" in task and "values are not turned" in task
 
 
 @pytest.mark.parametrize("wrong, words", [
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1)
      @ apply_rope(v), "values are turned too"),
+    (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k, pairs="halves").transpose(-2, -1)
+                                   / k.shape[-1] ** 0.5, -1) @ apply_rope(v), "values are not"),   # two bugs
     (lambda q, k, v: torch.softmax(apply_rope(q, pairs="halves") @ apply_rope(k, pairs="halves").transpose(-2, -1),
                                    -1) @ v, "values are not"),   # the layout is free, the scaling is not
     (lambda q, k, v: apply_rope(v), "values are not"),
@@ -198,11 +207,15 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
         k = apply_rope(keys, positions + shift, pairs=key_pairs)
         return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ values
 
-    def buggy(shift):   # the buggy code with every position moved by shift
-        q, k, v = (apply_rope(x, positions + shift) for x in (queries, keys, values))
-        return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ v
-
     torch.testing.assert_close(attention("adjacent", 10), attention("adjacent", 0))
-    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), buggy(0))
-    assert not torch.allclose(buggy(10), buggy(0), atol=1e-3)
-    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # a mixed layout too
+    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), attention("halves", 0))
+    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # the buggy code
+
+
+def test_the_notebook_snippet_shows_the_scores_move():
+    # The task's three-line snippet: the buggy turning lines, scores of query 0 at shifts 0 and 10.
+    q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)
+    rows = [(apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs="halves").T)[0, :3] for shift in (0, 10)]
+    assert not torch.allclose(rows[0], rows[1], atol=1e-3)
+    right = [(apply_rope(q, p + shift) @ apply_rope(k, p + shift).T)[0, :3] for shift in (0, 10)]
+    torch.testing.assert_close(right[0], right[1])

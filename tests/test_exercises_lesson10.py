@@ -178,3 +178,8 @@ def test_hints_do_not_give_the_answer_away(exercise):
     for hint in exercise._hints:
         for giveaway in ("[:, None, :]", "last axis", "triu", "None, None"):
             assert giveaway not in hint
+
+
+def test_decoder_masks_task_says_where_the_padding_sits():
+    # Causal plus padding can hide a whole row (nan) only if padding could come first: the task rules that out.
+    assert "end of each sequence" in lesson10.decoder_masks.task

@@ -102,21 +102,38 @@ def test_long_sequence_figure_marks_the_trained_length_and_labels_strong_other_d
     assert not [t for t in none.axes[0].texts if "j - i" in t.get_text()]
 
 
-def test_long_sequence_figure_labels_chosen_diagonals_in_the_margin():
+def test_long_sequence_figure_labels_chosen_diagonals_clear_of_the_axis_labels():
     task = PositionTask("copy_back", offset=2)
     model = train_position_model(task, "rope", num_steps=5)
     ids = task.sample(1, 32, torch.Generator().manual_seed(5))[0]
-    fig = long_sequence_figure({"RoPE": model, "other": model}, task, ids, labelled={"RoPE": (17, -21)})
+    fig = long_sequence_figure({"RoPE": model, "other": model}, task, ids, labelled={"RoPE": (17, -21, -27)})
     labels = {t.get_text(): t for t in fig.axes[0].texts if "j - i" in t.get_text()}
-    assert set(labels) == {"$j - i = +17$", "$j - i = -21$"}
-    assert labels["$j - i = +17$"].xy == (17, -0.5) and labels["$j - i = -21$"].xy == (-0.5, 21)  # cells' edges
-    for label in labels.values():                      # the text itself lies outside the heatmap, in the margin
-        fig.canvas.draw()
-        text_box, axes_box = label.get_window_extent(), fig.axes[0].get_window_extent()
-        assert not text_box.overlaps(axes_box), label.get_text()
+    assert set(labels) == {"$j - i = +17$", "$j - i = -21$", "$j - i = -27$"}
+    assert labels["$j - i = +17$"].xy == (17, -0.5)                                    # the column's top edge
+    for offset in (-21, -27):                          # the arrow ends on a cell of its own diagonal
+        column, row = labels[f"$j - i = {offset}$"].xy
+        assert column - row == offset and 0 <= column and row < 32
+    fig.canvas.draw()
+    axes_box = fig.axes[0].get_window_extent()
+    assert not labels["$j - i = +17$"].get_window_extent().overlaps(axes_box), "ahead: in the top margin"
+    for offset in (-21, -27):   # behind: inside the panel, left-aligned right of the nearest diagonal behind,
+        label = labels[f"$j - i = {offset}$"]                             # not in the gap by the y label
+        text_x, text_y = label.xyann
+        assert label.anncoords == "data" and label.get_ha() == "left"
+        assert 32 - 1 - 21 < text_x < 31 - 6 and 0 <= text_y < 31, (offset, label.xyann)
     assert not [t for t in fig.axes[1].texts if "j - i" in t.get_text()]
     assert fig.axes[0].get_title().count("\n") == fig.axes[1].get_title().count("\n"), "titles at one height"
     assert len(fig.axes) == 3, "one shared colour bar, on the right"
+    assert "every panel" in fig.axes[-1].get_ylabel(), "the shared scale is said on the colour bar"
+
+
+def test_rope_explorer_title_subtracts_the_angles_it_shows(pair_of_vectors):
+    import re
+    query, key = pair_of_vectors
+    for i, j in [(3, 5), (0, 7), (10, 12), (12, 10), (4, 4)]:
+        view = rope_explorer(query, key, query_position=i, key_position=j)
+        shown_q, shown_k, more = map(int, re.findall(r"(\d+)°", view.fig.axes[0].get_title()))
+        assert more == (shown_k - shown_q) % 360, view.fig.axes[0].get_title()
 
 
 def test_rope_explorer_draws_the_score_between_whole_offsets(pair_of_vectors):

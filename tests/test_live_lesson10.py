@@ -91,7 +91,7 @@ def test_static_figures(trained):
     assert _visible_padded_rows(fig.axes[0]) == [2, 3]
     legend = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
     assert legend == ["word $i$ needs digit $j$", "not needed", "source padding (hidden by the mask)",
-                      "padded target (ignored by the loss)"]
+                      "padded target word", "both"]
     assert len(fig.axes) == 1, "a 0/1 pattern needs a legend, not a colour bar"
     fig = cross_weights_figure(run.model, task, watch_ids[0], title="trained: ")
     with torch.no_grad():
@@ -103,8 +103,16 @@ def test_static_figures(trained):
     rows = [t.get_text() for t in fig.axes[0].get_yticklabels()]
     assert rows[0].startswith("out 0: ") and "✗" not in "".join(rows)
     legend = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
-    assert legend == ["source padding (hidden by the mask)", "padded target (ignored by the loss)",
+    assert legend == ["source padding (hidden by the mask)", "padded target word", "both",
                       "the digits a word needs"]
+    assert not [t for t in fig.axes[0].texts if t.get_text()], "no numbers unless asked"
+    written = cross_weights_figure(run.model, task, watch_ids[0], annotate=True)
+    numbers = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in written.axes[0].texts}
+    real_rows = (task.targets(watch_ids[0]) != task.ignore_id).nonzero().flatten().tolist()
+    real_cols = (~task.source_padding_mask(watch_ids[0])).nonzero().flatten().tolist()
+    assert set(numbers) == {(i, j) for i in real_rows for j in real_cols}, "real words on real digits only"
+    for (i, j), text in numbers.items():
+        assert text == f"{float(weights[0, 0, i, j]):.2f}"
 
 
 def test_output_labels_mark_wrong_words():
@@ -138,3 +146,19 @@ def test_trained_figure_hatches_the_padded_output_words(trained):
     for ax in fig.axes[:2]:
         rows = [p for p in ax.patches if p.get_hatch() == PAD_ROW_STYLE["hatch"] and p.get_visible()]
         assert len(rows) == padded and all(p.get_width() == task.num_keys for p in rows)
+
+
+def test_explorer_outlines_the_chosen_row_boldly_and_writes_no_number_on_masked_bars(trained):
+    task, watch_ids, run = trained
+    view = cross_attention_explorer(run.model, task, watch_ids, output_word=1, example=1)   # `7 0`: 6 pads
+    padding = task.source_padding_mask(watch_ids[1]).tolist()
+    bar_axes = [ax for ax in view.fig.axes if ax.containers]
+    assert len(bar_axes) == 2
+    for ax in bar_axes:
+        numbers = [t.get_text() for t in ax.texts]
+        assert [bool(n) for n in numbers] == [not hidden for hidden in padding], numbers
+    for ax in view.fig.axes:
+        outlines = [p for p in ax.patches if p.get_edgecolor()[:3] == (0.0, 0.74901960784313726, 1.0)]
+        for outline in outlines:
+            assert outline.get_linewidth() >= 4.0 and outline.get_y() == 1 - 0.5
+            assert outline.get_zorder() > 3, "above the red boxes"

@@ -54,7 +54,7 @@ def encoder_decoder_diagram(num_layers: int = 6, d_model: int = 512, num_heads: 
     box(ax, dx, 10.2, dw, 3.6, f"cross-attention, $H = {num_heads}$\nqueries: the decoder (from below)\n"
         "keys, values: $Y$ (from the encoder)", edge=CROSS_EDGE, linewidth=3.0,
         **attention)
-    arrow(ax, (dmid - 1.0, 14.6), (dmid - 1.0, 13.8), "$Q$", text_offset=(-0.8, 0.45), fontsize=size + 3)  # clear of the box
+    arrow(ax, (dmid - 1.0, 14.6), (dmid - 1.0, 13.8), "$Q$", text_offset=(-1.9, 0.45), fontsize=size + 3)  # clear of the residual line
     box(ax, dx, 14.6, dw - 2.0, 1.0, "add & norm", fontsize=size)
     arrow(ax, (dmid - 1.0, 16.4), (dmid - 1.0, 15.6))
     box(ax, dx, 16.4, dw, 3.6, f"masked self-attention, $H = {num_heads}$\nqueries, keys, values: the target",

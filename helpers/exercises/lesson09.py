@@ -2,9 +2,11 @@
 
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
    per-head penalty on the distance i - j;
-2. spot the bug: RoPE attention that turns the values along with the queries and keys, one tidy line for all
-   three; the shift test (every position + 10) exposes it, as the values then carry absolute positions. Mixed pair
-   layouts for the queries and keys are named wrong answers; either layout used for both is RoPE and passes.
+2. spot the bug: RoPE attention whose keys are turned with the rotate-half pair layout and whose queries with
+   adjacent pairs, a mix the lesson's core never spells out (its deep dive on the layouts comes after the
+   exercises); the shift test (every position + 10) exposes it, as the scores then depend on where the tokens
+   stand. Turned values and the other half-fixes are named wrong answers; either layout used for both is RoPE and
+   passes.
 """
 
 from __future__ import annotations
@@ -123,7 +125,7 @@ alibi_weights = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: queries and keys turned with two different pair layouts -------------------------------------
+# --- 2. spot the bug: queries and keys turned with two different pair layouts (the buggy code) -------------------------------------
 def _qkv_cases(g: torch.Generator) -> list[Case]:
     def case(description, *shape):
         return Case(description, (randn(g, *shape), randn(g, *shape), randn(g, *shape)))
@@ -138,7 +140,8 @@ def _reference_rope_attention(queries, keys, values):
 
 def buggy_rope_attention(queries, keys, values):
     # queries, keys, values (..., T, head_dim) -> context vectors (..., T, head_dim), no mask
-    queries, keys, values = (apply_rope(x) for x in (queries, keys, values))   # turn row i by R_i
+    queries = apply_rope(queries)                                   # (..., T, D): row i turned by R_i
+    keys = apply_rope(keys, pairs="halves")                         # (..., T, D): row j turned by R_j
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
@@ -154,11 +157,6 @@ def _solution_rope_attention(queries, keys, values):
 def _rope_on_queries_only(queries, keys, values):
     attn_scores = apply_rope(queries) @ keys.transpose(-2, -1)
     return torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) @ values
-
-
-def _rope_layouts_mixed(queries, keys, values):
-    queries, keys = apply_rope(queries), apply_rope(keys, pairs="halves")
-    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
 def _either_layout(got, case, function) -> str | None:
@@ -187,6 +185,11 @@ _MIXED_LAYOUTS = ("the {first} are turned with adjacent pairs (2r, 2r + 1) and t
                   "depend on where the tokens stand. Turn both with the same layout.")
 
 
+def _rope_values_turned(queries, keys, values):
+    queries, keys, values = (apply_rope(x) for x in (queries, keys, values))
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
 def _rope_after_scaling(queries, keys, values):
     attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values
@@ -198,24 +201,26 @@ _VALUES_TURNED = ("the values are turned too. RoPE belongs in the scores: (R_i q
 
 rope_attention = SpotTheBug(
     "Spot the bug: attention with RoPE",
-    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE "
-    "making the scores depend on the offset j - i only: inputs (..., T, head_dim), "
-    "output the context vectors z_i = sum_j a_ij v_j (..., T, head_dim). The code "
-    "below runs, yet its answer is wrong. A check: shift every position by the same constant (the positions "
-    "argument of apply_rope, positions + 10); right attention gives the same outputs. Find the bug and fix it.",
+    "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE on the queries "
+    "and keys making the scores depend on the offset j - i only (section 4; the values are not turned): inputs "
+    "(..., T, head_dim), scores divided by sqrt(head_dim), output the context vectors z_i = sum_j a_ij v_j "
+    "(..., T, head_dim). The code below runs, yet its answer is wrong. A check: shift every position by the same "
+    "constant (the positions argument of apply_rope, positions + 10); right RoPE scores stay the same. Find the "
+    "bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["Run the code with positions 0..T-1 and again with positions 10..T+9 (the positions argument of "
-          "apply_rope): the outputs change. Do the weights change too? Print both.",
-          "The weights stay the same, so the scores are fine: what else in the output depends on where a token "
-          "stands?",
-          "Section 4: which vectors does RoPE turn, and which does it leave alone?"],
+    hint=["Run the task's check: turn the queries and keys as the code does, with positions 0..T-1 and again "
+          "with positions 10..T+9, and print a row of scores both ways. Do they stay the same?",
+          "The two turning lines differ in one argument. help(apply_rope): which dimensions form pair r for each "
+          "setting of pairs?",
+          "Section 4's argument turns pair r of the query and pair r of the key by angles of the same frequency. "
+          "Does that hold when the two are paired differently?"],
     solution=_solution_rope_attention,
     buggy=buggy_rope_attention,
-    bug_message=_VALUES_TURNED,
+    bug_message=_MIXED_LAYOUTS.format(first="queries", second="keys"),
     mistakes=[
         Mistake(_rope_layouts_swapped, _MIXED_LAYOUTS.format(first="keys", second="queries")),
-        Mistake(_rope_layouts_mixed, _MIXED_LAYOUTS.format(first="queries", second="keys")),
+        Mistake(_rope_values_turned, _VALUES_TURNED),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
                                        "where the query is, not on the offset j - i: rotate the keys as well."),
         Mistake(_rope_after_scaling, "your attention uses no positions at all: rotate the queries and keys with "

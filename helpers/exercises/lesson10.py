@@ -121,7 +121,7 @@ def _causal_one_word_ahead(target_padding_mask, source_padding_mask):
 decoder_masks = FunctionExercise(
     "The three masks of an encoder-decoder",
     "write decoder_masks(target_padding_mask, source_padding_mask): target_padding_mask (B, T_q) and "
-    "source_padding_mask (B, T_k) are True at padding tokens. Return (encoder_mask, self_mask, cross_mask), bool, "
+    "source_padding_mask (B, T_k) are True at padding tokens, which sit at the end of each sequence. Return (encoder_mask, self_mask, cross_mask), bool, "
     "True = hide: encoder_mask (B, T_k, T_k) for the encoder's self-attention (queries and keys from the source), "
     "self_mask (B, T_q, T_q) for the decoder's masked self-attention (queries and keys from the target), "
     "cross_mask (B, T_q, T_k) for the decoder's cross-attention (queries from the target, keys from the source). "

@@ -41,7 +41,8 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
                    linestyle="-" if start == starts[0] else "--", label=f"$i = {start}$: $P_{{{start}}} \\cdot P_j$")
     right.axhline(0, color="gray", linewidth=0.8)
     right.set(xlabel="distance $j - i$ between the two positions", ylabel="dot product",
-              title="Dot product of two position vectors:\n$P_i \\cdot P_j$ against $j - i$")
+              title="Dot product of two position vectors:\n$P_i \\cdot P_j$ against $j - i$, "
+                    f"offsets 0 to {span - 1} (the ones every start has)")
     right.legend(loc="upper right")
     return fig
 
@@ -113,9 +114,11 @@ def rope_explorer(query: torch.Tensor, key: torch.Tensor, query_position: int = 
         for arrow, vector in ((faint_q, q_pair), (faint_k, k_pair), (arrow_q, turned_q), (arrow_k, turned_k)):
             arrow.set_positions((0, 0), (float(vector[0]), float(vector[1])))
         angle_q, angle_k = query_position * float(omega[r]), key_position * float(omega[r])
+        # whole degrees, and the difference of the two numbers shown, so that the title's arithmetic adds up
+        shown_q, shown_k = round(math.degrees(angle_q)) % 360, round(math.degrees(angle_k)) % 360
         plane.set_title(f"Pair $r = {r}$, $\\omega_{r} = {float(omega[r]):.3g}$ rad per position\n"
-                        f"query turned {math.degrees(angle_q) % 360:.0f}°, key {math.degrees(angle_k) % 360:.0f}°: "
-                        f"the key {math.degrees(angle_k - angle_q):.0f}° more", fontsize=11)
+                        f"query turned {shown_q}°, key {shown_k}°: the key {(shown_k - shown_q) % 360}° further",
+                        fontsize=11)
         score = float(rope_scores(query, key, torch.tensor([query_position]), torch.tensor([key_position]))[0])
         dot.set_data([key_position - query_position], [score])
         scores.set_title(f"$i = {query_position}$, $j = {key_position}$, offset $j - i = "
@@ -152,7 +155,7 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
         heatmap = Heatmap(ax, weights[0, head].cpu(), labels, labels, vmin=0.0, vmax=1.0, annotate=False,
                           xlabel="key: input position $j$", ylabel="query: output position $i$",
                           title=f"{name}: $A$ of head {head}, $T = {num_tokens}$",
-                          colorbar_label="attention weight $a_{ij}$")
+                          colorbar_label="attention weight $a_{ij}$ (one scale for every panel)")
         if index < len(models) - 1:                # one colour bar, on the right: every panel shares 0..1
             heatmap.colorbar.remove()
         step = max(1, num_tokens // 8)
@@ -173,16 +176,19 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
             marked = [offset for offset in range(-(num_tokens - 1), num_tokens) if offset != -task.offset
                       and float(torch.diagonal(matrix, offset).mean()) >= min_diagonal_weight]
         box = dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="black", linewidth=0.6)
-        for offset in marked:                      # in the margin: above column j = offset, or left of row i = -offset
-            top = offset >= 0
-            ax.annotate(f"$j - i = {offset:+d}$", (offset, -0.5) if top else (-0.5, -offset),
-                        xytext=(0, 16) if top else (-24, 0), textcoords="offset points", fontsize=8.5,
-                        ha="center" if top else "right", va="bottom" if top else "center", bbox=box,
-                        arrowprops=dict(arrowstyle="-|>", color="black", linewidth=0.8),
-                        annotation_clip=False, zorder=5)
+        behind = sorted((offset for offset in marked if offset < 0), reverse=True)
+        text_x = num_tokens - 1 + (behind[0] if behind else 0) + 3      # right of the nearest diagonal behind
+        for offset in marked:   # ahead: above column j = offset; behind: inside, in the band right of the diagonal
+            if offset >= 0:
+                ax.annotate(f"$j - i = {offset:+d}$", (offset, -0.5), xytext=(0, 16), textcoords="offset points",
+                            fontsize=8.5, ha="center", va="bottom", bbox=box, annotation_clip=False, zorder=5,
+                            arrowprops=dict(arrowstyle="-|>", color="black", linewidth=0.8))
+                continue
+            row = num_tokens - 5 + 2 * behind.index(offset)             # a cell near the diagonal's lower end
+            ax.annotate(f"$j - i = {offset:+d}$", (row + offset, row), xytext=(text_x, row - 1.5), textcoords="data",
+                        fontsize=8.5, ha="left", va="center", bbox=box, zorder=5,
+                        arrowprops=dict(arrowstyle="-|>", color="white", linewidth=1.0))
         any_top = any_top or any(offset >= 0 for offset in marked)
-        if any(offset < 0 for offset in marked):
-            ax.yaxis.labelpad = 62
     if any_top:                                     # room above the top labels, the same on every panel
         for ax in axes:
             ax.title.set_text(ax.get_title() + "\n\n")

@@ -72,7 +72,8 @@ def _padded_words(task: NumberWordsTask, source_ids: torch.Tensor) -> torch.Tens
 
 def _legend_handles(ideal: bool = True) -> list[Patch]:
     handles = [Patch(label="source padding (hidden by the mask)", **PAD_STYLE),
-               Patch(label="padded target (ignored by the loss)", **PAD_ROW_STYLE)]
+               Patch(label="padded target word", **PAD_ROW_STYLE),
+               Patch(label="both", **{**PAD_STYLE, "hatch": "xxx"})]   # where the two hatchings cross
     if ideal:
         handles.append(Patch(facecolor="none", edgecolor="red", linewidth=1.5, label="the digits a word needs"))
     return handles
@@ -96,6 +97,18 @@ def _show_ideal(boxes: list[tuple[int, Rectangle]], task: NumberWordsTask, sourc
     real = (task.targets(source_ids) != task.ignore_id).tolist()
     for i, box in boxes:
         box.set_visible(real[i])
+
+
+def _write_real_weights(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids: torch.Tensor) -> None:
+    """Each weight of a real word on a real digit, written in its cell (padding rows and columns stay blank)."""
+    real_rows = (task.targets(source_ids) != task.ignore_id).tolist()
+    real_cols = (~task.source_padding_mask(source_ids)).tolist()
+    for i, real_row in enumerate(real_rows):
+        for j, real_col in enumerate(real_cols):
+            if real_row and real_col:
+                value = float(weights[i, j])
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=9, zorder=4,
+                        color="black" if value > 0.5 else "white")
 
 
 def _heatmap(ax: Axes, weights: torch.Tensor, task: NumberWordsTask, source_ids: torch.Tensor, rows: list[str],
@@ -143,12 +156,12 @@ def ideal_alignment_figure(task: NumberWordsTask, source_ids: torch.Tensor) -> C
 
 
 def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_ids: torch.Tensor,
-                         title: str = "") -> CourseFigure:
+                         title: str = "", annotate: bool = False) -> CourseFigure:
     """Every head's cross-attention weights ``(T_q, T_k)`` on one example ``(T_k,)``; rows show the model's words.
 
     Padded source columns are hatched grey (weight 0); padded output words (rows) are hatched see-through: they
     are still queries with weights, but the loss ignores what they write. A legend below names both and the red
-    boxes.
+    boxes. ``annotate=True`` writes each real word's weight on each real digit in its cell.
     """
     with torch.no_grad():
         logits, weights = model(source_ids[None].to(next(model.parameters()).device), return_weights=True)
@@ -159,9 +172,11 @@ def cross_weights_figure(model: NumberWordsModel, task: NumberWordsTask, source_
     for head in range(num_heads):
         _heatmap(fig.axes[head], weights[head], task, source_ids, rows if head == 0 else [""] * len(rows),
                  f"{title}$A$ of head {head}, $(T_q, T_k)$", colorbar=head == num_heads - 1)
+        if annotate:
+            _write_real_weights(fig.axes[head], weights[head], task, source_ids)
         if head > 0:
             fig.axes[head].set_ylabel("")
-    fig.legend(handles=_legend_handles(), loc="outside lower center", ncol=3 if num_heads > 1 else 1, fontsize=10,
+    fig.legend(handles=_legend_handles(), loc="outside lower center", ncol=4 if num_heads > 1 else 2, fontsize=10,
                frameon=False)   # one head: one entry a line, so the legend fits under the panel
     return fig
 
@@ -182,11 +197,11 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
     weights, answers = weights.cpu(), logits.argmax(dim=-1).cpu()          # (N, H, T_q, T_k), (N, T_q)
     num_heads = weights.shape[1]
     fig = CourseFigure(figsize=(5.4 * num_heads + 1.0, 7.4), layout="constrained")
-    fig.legend(handles=[*_legend_handles(), Patch(facecolor="none", edgecolor=ROW_OUTLINE, linewidth=2.0,
+    fig.legend(handles=[*_legend_handles(), Patch(facecolor="none", edgecolor=ROW_OUTLINE, linewidth=3.0,
                                                   label="output word $i$")],
-               loc="outside upper center", ncol=4, fontsize=10, frameon=False)
+               loc="outside upper center", ncol=5, fontsize=10, frameon=False)
     grid = fig.add_gridspec(2, num_heads, height_ratios=(1.1, 1))
-    maps, bars, pads, row_pads, boxes, changing = [], [], [], [], [], []
+    maps, bars, pads, row_pads, boxes, changing, outlines = [], [], [], [], [], [], []
     rows = output_labels(task, source_ids[0], answers[0])
     for head in range(num_heads):
         heatmap, changed, head_boxes = _heatmap(fig.add_subplot(grid[0, head]), weights[0, head], task,
@@ -195,10 +210,13 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
         if head > 0:   # the rows are labelled once, on the left
             heatmap.ax.set_ylabel("")
         maps.append(heatmap)
+        outlines.append(heatmap.ax.add_patch(Rectangle((-0.5, -0.5), task.num_keys, 1, fill=False,
+                                                       edgecolor=ROW_OUTLINE, linewidth=4.0, zorder=3.5)))
         pads.append(changed[:task.num_keys])
         row_pads.append(changed[task.num_keys:task.num_keys + task.num_queries])
         boxes += head_boxes
         changing += changed
+    changing += outlines   # above the red boxes, and thicker: the chosen row stands out
     for head in range(num_heads):
         ax = fig.add_subplot(grid[1, head])
         chart = Bars(ax, weights[0, head, 0], task.source_labels(source_ids[0]), ylim=(0.0, 1.05),
@@ -215,7 +233,7 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
             maps[head].update(weights[example, head],
                               title=f"$A$ of head {head}, example {example}: $(T_q, T_k) = "
                                     f"({task.num_queries}, {task.num_keys})$")
-            maps[head].outline_row(output_word, color=ROW_OUTLINE)
+            outlines[head].set_y(output_word - 0.5)
             maps[head].ax.set_yticklabels(rows if head == 0 else [""] * len(rows))
             for ax in (maps[head].ax, bars[head].ax):
                 ax.set_xticklabels(task.source_labels(source_ids[example]))
@@ -223,6 +241,9 @@ def cross_attention_explorer(model: NumberWordsModel, task: NumberWordsTask, sou
             row = weights[example, head, output_word]
             bars[head].update(row, title=f"head {head}: the weights of {rows[output_word].split(': ')[0]} "
                                          f"(row {output_word} of $A$)")
+            for text, hidden in zip(bars[head].texts, padding.tolist()):
+                if hidden:                 # a masked bar is 0 by construction: no number over the hatching
+                    text.set_text("")
         for patches in pads:
             _show_padding(patches, padding)
         for patches in row_pads:
