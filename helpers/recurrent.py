@@ -27,7 +27,7 @@ from .masks import causal_mask
 __all__ = ["elu_feature_map", "linear_attention", "linear_attention_recurrent", "delta_rule_recurrent",
            "RECALL_METHODS", "associative_recall"]
 
-RECALL_METHODS = ("softmax", "linear", "delta rule", "best state")
+RECALL_METHODS = ("softmax", "linear", "delta rule", "least squares")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -124,7 +124,7 @@ def associative_recall(method: str, num_pairs: int, dim: int = 16, sharpness: fl
     that value than to any other stored one. Queries and keys are scaled by ``sharpness`` for the softmax and for
     linear attention alike. ``method``: ``"softmax"`` attends over all stored pairs (the cache), ``"linear"`` reads
     the state and normaliser of :func:`linear_attention_recurrent`, ``"delta rule"`` the state of
-    :func:`delta_rule_recurrent` (``beta = 1``), and ``"best state"`` the ``(dim, dim)`` state that least-squares
+    :func:`delta_rule_recurrent` (``beta = 1``), and ``"least squares"`` the ``(dim, dim)`` state that least-squares
     fits ``keys @ state = values``: no state of that size reads the values back with a smaller squared error (a strong
     reference, not a bound on the nearest-value accuracy counted here).
     """

@@ -17,7 +17,7 @@ __all__ = ["DTYPES", "CONTEXT_LENGTHS", "cache_memory_explorer", "recall_figure"
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
 CONTEXT_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
-_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "best state": "tab:red"}
+_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "least squares": "tab:red"}
 
 
 def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int], model: str | None = None,
