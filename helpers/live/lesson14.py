@@ -45,7 +45,7 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     fig = CourseFigure(figsize=(12, 4.6), layout="constrained")
     curve_ax, dots_ax = fig.subplots(1, 2, width_ratios=(1.2, 1))
     colours = {name: f"C{i}" for i, name in enumerate(names)}      # one colour per model, in both panels
-    markers = {name: "osD^vP*Xph"[i % 10] for i, name in enumerate(names)}
+    markers = {name: "osD^vph*XP"[i % 10] for i, name in enumerate(names)}
     lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=markers[name], markersize=5,
                                  label=name, color=colours[name])[0] for name in names}
     single = [name for name in names if context_limits[name] < CONTEXT_LENGTHS[1]]   # a curve of one point
@@ -104,7 +104,7 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
             text.set_fontweight("bold" if name == model else "normal")
         dots_ax.set_xlim(min(now) / 2, max(now) * 40)
         dots_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
-                          f"(black ring: the chosen model; hollow: longer than the model's context)", fontsize=10)
+                          f"(black ring: the chosen model; hollow: past its context)", fontsize=10)
 
     return LiveFigure(fig, redraw, {"model": choice("model", names, model),
                                     "num_tokens": steps_slider("context length T", CONTEXT_LENGTHS, num_tokens),
