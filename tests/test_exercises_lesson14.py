@@ -151,3 +151,22 @@ def test_the_bug_is_a_weighted_sum_that_grows():
     grown = lesson14.buggy_linear_recurrence(queries, keys, values)[0, :, 0]
     assert grown.tolist() == [3.0 * (t + 1) for t in range(5)]         # phi(0) = 1: weights 3 each, never divided
     assert math.isclose(float(linear_attention(queries, keys, values)[0][0, -1, 0]), 1.0)
+
+
+def test_the_notebook_cell_ships_the_buggy_body_behind_a_placeholder():
+    """Exercise 2's cell holds the buggy code after `raise NotImplementedError`: "not done" until the line goes."""
+    import inspect
+    import textwrap
+    body = textwrap.dedent(inspect.getsource(lesson14.buggy_linear_recurrence)).split("\n", 1)[1]
+    namespace = {"torch": torch, "elu_feature_map": elu_feature_map}
+    exec("def shipped(queries, keys, values):\n    raise NotImplementedError\n" + body, namespace)
+    assert lesson14.linear_recurrence.check(namespace["shipped"]).status == "not done"
+    exec("def deleted(queries, keys, values):\n" + body, namespace)
+    assert "never divided" in lesson14.linear_recurrence.check(namespace["deleted"]).message
+
+
+def test_the_hybrid_rules_are_checked_on_a_layer_count_that_is_not_a_multiple():
+    hybrid = {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 32,
+              "num_hidden_layers": 7, "full_attention_interval": 3}
+    assert lesson14._solution_config_bytes(hybrid, 100, 1, 1) == 2 * 2 * 3 * 32 * 100      # layers 2 and 5 only
+    assert lesson14._from_layer_zero(hybrid, 100, 1, 1) == 3 * 2 * 3 * 32 * 100            # 0, 3, 6: one too many
