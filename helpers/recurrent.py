@@ -6,9 +6,9 @@ Katharopoulos et al. (2020) replace ``exp(q . k / sqrt(d_k))`` by ``phi(q) . phi
     o_t = sum_{j <= t} (phi(q_t) . phi(k_j)) v_j / sum_{j <= t} phi(q_t) . phi(k_j),
 
 regroups as ``o_t = phi(q_t) S_t / (phi(q_t) . n_t)`` with the running state ``S_t = sum_{j <= t} phi(k_j)^T v_j``
-``(d_k, d_v)`` and normaliser ``n_t = sum_{j <= t} phi(k_j)`` ``(d_k,)``: the same numbers, in constant memory per
-token. The delta rule (DeltaNet; Schlag et al. 2021, Yang et al. 2024) writes into the state by correcting what a
-key already reads, ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})``, and reads ``o_t = q_t S_t``.
+``(d_k, d_v)`` and normaliser ``n_t = sum_{j <= t} phi(k_j)`` ``(d_k,)``: the same numbers, in a fixed memory per
+sequence, however long it is. The delta rule (DeltaNet; Schlag et al. 2021, Yang et al. 2024) writes into the state
+by correcting what a key already reads, ``S_t = S_{t-1} + beta_t k_t^T (v_t - k_t S_{t-1})``, and reads ``o_t = q_t S_t``.
 
 Shapes: ``(..., T, d_k)`` queries and keys, ``(..., T, d_v)`` values; ``...`` is e.g. ``(B, H)``.
 """
@@ -27,7 +27,7 @@ from .masks import causal_mask
 __all__ = ["elu_feature_map", "linear_attention", "linear_attention_recurrent", "delta_rule_recurrent",
            "RECALL_METHODS", "associative_recall"]
 
-RECALL_METHODS = ("softmax", "linear", "delta rule", "best state")
+RECALL_METHODS = ("softmax", "linear", "delta rule", "least squares")
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
@@ -124,8 +124,9 @@ def associative_recall(method: str, num_pairs: int, dim: int = 16, sharpness: fl
     that value than to any other stored one. Queries and keys are scaled by ``sharpness`` for the softmax and for
     linear attention alike. ``method``: ``"softmax"`` attends over all stored pairs (the cache), ``"linear"`` reads
     the state and normaliser of :func:`linear_attention_recurrent`, ``"delta rule"`` the state of
-    :func:`delta_rule_recurrent` (``beta = 1``), and ``"best state"`` the ``(dim, dim)`` state that least-squares
-    fits ``keys @ state = values``: no state of that size reads the values back better, on average over the squares.
+    :func:`delta_rule_recurrent` (``beta = 1``), and ``"least squares"`` the ``(dim, dim)`` state that least-squares
+    fits ``keys @ state = values``: no state of that size reads the values back with a smaller squared error (a strong
+    reference, not a bound on the nearest-value accuracy counted here).
     """
     if method not in RECALL_METHODS:
         raise ValueError(f"method must be one of {RECALL_METHODS}, got {method!r}")

@@ -188,3 +188,15 @@ def test_the_equality_checks_catch_wrong_variants(wrong_class, path):
         torch.testing.assert_close(right(x, absorbed=path), expected)
         with pytest.raises(AssertionError):
             torch.testing.assert_close(wrong.eval()(x, absorbed=path), expected)
+
+
+def test_the_mla_diagram_draws_its_sizes_and_rejects_bad_ones():
+    import pytest
+    from helpers.diagrams.latent_attention import mla_flow_diagram
+    from helpers.plotting import figure_to_png
+    fig = mla_flow_diagram(d_in=6, latent_dim=5, rope_dim=2, num_heads=2, head_dim=3)
+    texts = " ".join(t.get_text() for t in fig.axes[0].texts)
+    assert "$d_c$ = 5" in texts and "$d_R$ = 2" in texts and "= 7" in texts and "2 heads shown" in texts
+    assert figure_to_png(fig).startswith(b"\x89PNG")
+    with pytest.raises(ValueError, match="latent_dim"):
+        mla_flow_diagram(latent_dim=0)

@@ -64,7 +64,7 @@ def test_the_delta_rule_overwrites_and_reads_back_orthogonal_keys():
 def test_softmax_recalls_what_a_fixed_state_cannot():
     assert associative_recall("softmax", 128) > 0.99
     assert associative_recall("linear", 64) < 0.1
-    assert associative_recall("best state", 8) == 1.0 and associative_recall("best state", 128) < 0.2
+    assert associative_recall("least squares", 8) == 1.0 and associative_recall("least squares", 128) < 0.2
     assert associative_recall("delta rule", 2) == 1.0 and associative_recall("delta rule", 64) < 0.3
 
 
@@ -84,4 +84,4 @@ def test_bad_inputs_are_named(call, error, match):
 
 
 def test_methods_listed():
-    assert RECALL_METHODS == ("softmax", "linear", "delta rule", "best state")
+    assert RECALL_METHODS == ("softmax", "linear", "delta rule", "least squares")

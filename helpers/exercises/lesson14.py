@@ -1,8 +1,9 @@
 """Exercises for notebook 14: attention in today's large models.
 
-1. a real configuration's cache size from its config.json fields (a head_dim that is not d_model / H, and a
-   pattern of sliding-window layers);
-2. spot the bug: a linear-attention recurrence that forgets its normaliser.
+1. a real configuration's cache size from its config.json fields: a head_dim that is not d_model / H, a pattern
+   of sliding-window layers, and a hybrid whose linear-attention layers keep no cache (Qwen3-Next's
+   full_attention_interval, a field the lesson never used);
+2. spot the bug: linear attention one token at a time.
 """
 
 from __future__ import annotations
@@ -15,107 +16,150 @@ from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
 __all__ = ["config_cache_bytes", "linear_recurrence"]
 
-_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
-
-# google/gemma-2-9b's config.json (the fields that size the cache), with the layer pattern of Gemma 2's code:
-# a sliding window on layers 0, 2, 4, ..., global attention on layers 1, 3, 5, ... (Gemma Team 2024, section 2).
+# google/gemma-2-9b's config.json: the fields that size the cache (Gemma Team 2024; the file is reference 10 of the
+# notebook). The file has no per-layer list: layer_types spells out the paper's alternation (section 2), a local
+# sliding window on layers 0, 2, 4, ... and global attention on layers 1, 3, 5, ...
 GEMMA_2_9B = {"hidden_size": 3584, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256,
-              "num_hidden_layers": 42, "sliding_window": 4096, "torch_dtype": "bfloat16",
+              "num_hidden_layers": 42, "sliding_window": 4096,
               "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(42)]}
+
+# Qwen/Qwen3-Next-80B-A3B-Instruct's config.json: the fields that size the cache. Its layers are Gated DeltaNet
+# (linear attention, a fixed state, no KV cache) except every full_attention_interval-th one, layers 3, 7, 11, ...
+QWEN3_NEXT_80B = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+                  "num_hidden_layers": 48, "full_attention_interval": 4}
+
+
+def _attention_layers(config) -> list[str]:
+    """The kind of every layer: 'sliding_attention', 'full_attention' or 'linear_attention'."""
+    if "layer_types" in config:
+        return list(config["layer_types"])
+    interval = config["full_attention_interval"]
+    return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+            for i in range(config["num_hidden_layers"])]
 
 
 # --- 1. the cache of a real configuration -------------------------------------------------------------------------
 def _config_cases(g: torch.Generator) -> list[Case]:
-    qwen3_small = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 128,
-                   "num_hidden_layers": 28, "sliding_window": None, "torch_dtype": "bfloat16",
-                   "layer_types": ["full_attention"] * 28}               # Qwen/Qwen3-0.6B's config.json
     five_to_one = {"hidden_size": 640, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 256,
-                   "num_hidden_layers": 7, "sliding_window": 512, "torch_dtype": "float32",
+                   "num_hidden_layers": 7, "sliding_window": 512,
                    "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(7)]}
-    return [Case("Gemma 2 9B, 8,192 tokens, batch 1", (GEMMA_2_9B, 8192, 1)),
-            Case("Gemma 2 9B, 1,000 tokens (shorter than the window), batch 4", (GEMMA_2_9B, 1000, 4)),
-            Case("Qwen3-0.6B, 32,768 tokens, batch 2 (no sliding layers)", (qwen3_small, 32768, 2)),
-            Case("a made-up float32 model with five sliding layers to one global, 3,000 tokens, batch 3",
-                 (five_to_one, 3000, 3))]
+    small_hybrid = {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 32,
+                    "num_hidden_layers": 7, "full_attention_interval": 3}           # attention on layers 2 and 5
+    return [Case("Gemma 2 9B, 8,192 tokens, batch 1, 2 bytes a number", (GEMMA_2_9B, 8192, 1, 2)),
+            Case("Gemma 2 9B, 1,000 tokens (shorter than the window), batch 4, 2 bytes", (GEMMA_2_9B, 1000, 4, 2)),
+            Case("Qwen3-Next-80B-A3B, 32,768 tokens, batch 2, 2 bytes", (QWEN3_NEXT_80B, 32768, 2, 2)),
+            Case("a made-up model with five sliding layers to one global, 3,000 tokens, batch 3, 4 bytes (fp32)",
+                 (five_to_one, 3000, 3, 4)),
+            Case("a made-up hybrid of 7 layers with full_attention_interval 3, 100 tokens, batch 1, 1 byte (fp8)",
+                 (small_hybrid, 100, 1, 1))]
 
 
-def _reference_config_bytes(config, num_tokens, batch_size):
-    windowed = [i for i, kind in enumerate(config["layer_types"]) if kind == "sliding_attention"]
-    window = config["sliding_window"] if windowed else None
-    return kv_cache_bytes(config["num_hidden_layers"], config["num_key_value_heads"], config["head_dim"], num_tokens,
-                          _BYTES[config["torch_dtype"]], batch_size, window_size=window,
+def _reference_config_bytes(config, num_tokens, batch_size, bytes_per_number):
+    kinds = _attention_layers(config)
+    cached = [kind for kind in kinds if kind != "linear_attention"]       # linear layers keep a state, no cache
+    windowed = [i for i, kind in enumerate(cached) if kind == "sliding_attention"]
+    return kv_cache_bytes(len(cached), config["num_key_value_heads"], config["head_dim"], num_tokens,
+                          bytes_per_number, batch_size, window_size=config["sliding_window"] if windowed else None,
                           window_layers=windowed if windowed else None)
 
 
-def _solution_config_bytes(config, num_tokens, batch_size):
-    bytes_per_value = {"bfloat16": 2, "float16": 2, "float32": 4}[config["torch_dtype"]]
-    per_token = 2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_value   # a key and a value
+def _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number):
+    if "layer_types" in config:
+        kinds = config["layer_types"]
+    else:                                      # a hybrid: every full_attention_interval-th layer is attention
+        interval = config["full_attention_interval"]
+        kinds = ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
+                 for i in range(config["num_hidden_layers"])]
+    per_token = 2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_number   # a key and a value
     total = 0
-    for kind in config["layer_types"]:
-        tokens = min(num_tokens, config["sliding_window"]) if kind == "sliding_attention" else num_tokens
-        total += tokens * per_token
-    return total * batch_size
+    for kind in kinds:
+        if kind == "sliding_attention":
+            total += min(num_tokens, config["sliding_window"]) * per_token
+        elif kind == "full_attention":
+            total += num_tokens * per_token
+    return total * batch_size                  # linear_attention layers add nothing: a fixed state, no cache
 
 
 def _with(config, **changes):
     return {**config, **changes}
 
 
-def _derived_head_dim(config, num_tokens, batch_size):
+def _derived_head_dim(config, num_tokens, batch_size, bytes_per_number):
     return _solution_config_bytes(_with(config, head_dim=config["hidden_size"] // config["num_attention_heads"]),
-                                  num_tokens, batch_size)
+                                  num_tokens, batch_size, bytes_per_number)
 
 
-def _query_heads(config, num_tokens, batch_size):
+def _query_heads(config, num_tokens, batch_size, bytes_per_number):
     return _solution_config_bytes(_with(config, num_key_value_heads=config["num_attention_heads"]),
-                                  num_tokens, batch_size)
+                                  num_tokens, batch_size, bytes_per_number)
 
 
-def _no_windows(config, num_tokens, batch_size):
-    return _solution_config_bytes(_with(config, layer_types=["full_attention"] * config["num_hidden_layers"]),
-                                  num_tokens, batch_size)
+def _no_windows(config, num_tokens, batch_size, bytes_per_number):
+    kinds = ["full_attention" if kind == "sliding_attention" else kind for kind in _attention_layers(config)]
+    return _solution_config_bytes(_with(config, layer_types=kinds), num_tokens, batch_size, bytes_per_number)
 
 
-def _always_full_window(config, num_tokens, batch_size):
-    per_layer = 2 * config["num_key_value_heads"] * config["head_dim"] * _BYTES[config["torch_dtype"]]
+def _always_full_window(config, num_tokens, batch_size, bytes_per_number):
+    per_layer = 2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_number
     return batch_size * per_layer * sum(config["sliding_window"] if kind == "sliding_attention" else num_tokens
-                                        for kind in config["layer_types"])
+                                        for kind in _attention_layers(config) if kind != "linear_attention")
 
 
-def _keys_only(config, num_tokens, batch_size):
-    return _solution_config_bytes(config, num_tokens, batch_size) // 2
+def _every_layer_cached(config, num_tokens, batch_size, bytes_per_number):
+    kinds = ["full_attention" if kind == "linear_attention" else kind for kind in _attention_layers(config)]
+    return _solution_config_bytes(_with(config, layer_types=kinds), num_tokens, batch_size, bytes_per_number)
 
 
-def _always_two_bytes(config, num_tokens, batch_size):
-    return _solution_config_bytes(_with(config, torch_dtype="bfloat16"), num_tokens, batch_size)
+def _from_layer_zero(config, num_tokens, batch_size, bytes_per_number):
+    if "layer_types" in config:
+        return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
+    interval = config["full_attention_interval"]                      # layers 0, interval, 2 interval, ...
+    kinds = ["full_attention" if i % interval == 0 else "linear_attention" for i in range(config["num_hidden_layers"])]
+    return _solution_config_bytes(_with(config, layer_types=kinds), num_tokens, batch_size, bytes_per_number)
+
+
+def _keys_only(config, num_tokens, batch_size, bytes_per_number):
+    return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number) // 2
+
+
+def _always_two_bytes(config, num_tokens, batch_size, bytes_per_number):
+    return _solution_config_bytes(config, num_tokens, batch_size, 2)
 
 
 config_cache_bytes = FunctionExercise(
     "The cache of a real configuration",
-    "write cache_bytes(config, num_tokens, batch_size): the bytes of the KV cache of a whole model holding "
-    "batch_size sequences of num_tokens tokens, from the fields of its config.json given as a dict: "
-    "num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, head_dim, sliding_window, "
-    "torch_dtype ('bfloat16', 'float16': 2 bytes a number; 'float32': 4) and layer_types (one entry per layer, "
-    "'sliding_attention' or 'full_attention'). A sliding layer keeps at most sliding_window tokens; a full layer "
-    "keeps them all. Return the number of bytes, computed yourself: without the course's kv_cache_bytes.",
+    "write cache_bytes(config, num_tokens, batch_size, bytes_per_number): the bytes of the KV cache of a whole "
+    "model holding batch_size sequences of num_tokens tokens, each number stored in bytes_per_number bytes, from "
+    "the fields of its config.json given as a dict: num_hidden_layers, num_attention_heads, num_key_value_heads, "
+    "hidden_size, head_dim, and either layer_types (one entry per layer, 'sliding_attention' or 'full_attention', "
+    "with sliding_window) or full_attention_interval (a hybrid: layers interval - 1, 2 interval - 1, ... are full "
+    "attention, every other layer is linear attention). A sliding layer keeps at most sliding_window tokens, a "
+    "full layer keeps them all, a linear-attention layer keeps a fixed-size state and no KV cache (leave it out). "
+    "Return the number of bytes, computed yourself: without the course's kv_cache_bytes.",
     reference=_reference_config_bytes,
     cases=_config_cases,
     hint=["Per layer and token, what does the cache hold? Which of the config's fields tell you how wide a key is?",
-          "Gemma 2 9B has hidden_size 3584 and 16 query heads: 3584 / 16 = 224. Is that its head_dim?",
+          "Make a list of the layers' kinds first. For full_attention_interval = 4 and 8 layers it is linear, "
+          "linear, linear, full, linear, linear, linear, full.",
           "A sliding layer holds min(num_tokens, sliding_window) tokens: with 1,000 tokens and a window of 4,096 "
           "it holds 1,000."],
     solution=_solution_config_bytes,
     mistakes=[
         Mistake(_derived_head_dim, "you derived the head width as hidden_size / num_attention_heads. Many models "
-                                   "set head_dim on its own (Gemma 2 9B: 3584 / 16 = 224, but head_dim is 256): "
-                                   "read the config's head_dim."),
+                                   "set head_dim on its own: read the config's head_dim."),
         Mistake(_query_heads, "you counted num_attention_heads key/value heads: only num_key_value_heads heads "
                               "are cached (grouped-query attention, notebook 11)."),
+        Mistake(_every_layer_cached, "you gave every layer of the hybrid a cache: only every "
+                                     "full_attention_interval-th layer is attention; the linear-attention layers "
+                                     "keep a fixed state and no KV cache."),
+        Mistake(_from_layer_zero, "you took layers 0, interval, 2 interval, ... as the attention layers: the "
+                                  "attention layer closes each group (layers interval - 1, 2 interval - 1, ...), "
+                                  "which changes the count when the number of layers is not a multiple of it."),
         Mistake(_no_windows, "every layer keeps every token in your answer: the 'sliding_attention' layers keep "
                              "at most sliding_window tokens (a rolling cache)."),
         Mistake(_always_full_window, "your sliding layers always hold sliding_window tokens, even when the "
                                      "sequence is shorter: they hold min(num_tokens, sliding_window)."),
-        Mistake(_always_two_bytes, "your answer assumes 2 bytes a number: read torch_dtype ('float32' is 4)."),
+        Mistake(_always_two_bytes, "your answer assumes 2 bytes a number: use bytes_per_number."),
         Mistake(_keys_only, "your answer is half the right one: the cache holds a key AND a value per head."),
     ],
     rules=[forbids("helpers.generation.kv_cache_bytes", "helpers.kv_cache_bytes",
@@ -123,7 +167,7 @@ config_cache_bytes = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: a recurrence without its normaliser ----------------------------------------------------------
+# --- 2. spot the bug: linear attention one token at a time ----------------------------------------------------------
 def _recurrence_cases(g: torch.Generator) -> list[Case]:
     def case(description, batch, num_tokens, d_k, d_v, scale=1.0):
         return Case(description, (scale * torch.randn(batch, num_tokens, d_k, generator=g),
@@ -180,7 +224,7 @@ def _count_normaliser(queries, keys, values):
 
 
 linear_recurrence = SpotTheBug(
-    "Spot the bug: a recurrence without its normaliser",
+    "Spot the bug: linear attention one token at a time",
     "linear_recurrence(queries, keys, values) should return the causal linear attention (B, T, d_v) of "
     "Katharopoulos et al. (2020) with phi = elu_feature_map, one token at a time with a running state: queries and "
     "keys (B, T, d_k), values (B, T, d_v). Its output at t must equal the parallel form's "

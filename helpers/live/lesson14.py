@@ -17,7 +17,7 @@ __all__ = ["DTYPES", "CONTEXT_LENGTHS", "cache_memory_explorer", "recall_figure"
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
 CONTEXT_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
-_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "best state": "tab:red"}
+_METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "least squares": "tab:red"}
 
 
 def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int], model: str | None = None,
@@ -26,7 +26,9 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
 
     Left: GiB of cache against the context length for every model up to its own longest context
     (``context_limits``), both axes logarithmic, the chosen model bold with a dot at the chosen length. Right: every
-    model's cache at the chosen length, batch and format (the chosen one red; pale where a model cannot read that far).
+    model's cache at the chosen length, batch and format as a dot on a log axis (a dot plot: a bar's length on a log
+    axis would mean nothing), in the model's line colour, the chosen one ringed in black, hollow where a model cannot
+    read that far. A model whose context ends before the second length is one point on the left: it is labelled.
     """
     if not isinstance(models, dict) or not models:
         raise ValueError("models must be a non-empty dict {name: keyword arguments of kv_cache_bytes}")
@@ -41,11 +43,16 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     for name, spec in models.items():
         kv_cache_bytes(**spec)  # a bad description fails here, with kv_cache_bytes's own message
     fig = CourseFigure(figsize=(12, 4.6), layout="constrained")
-    curve_ax, bars_ax = fig.subplots(1, 2, width_ratios=(1.2, 1))
-    colours = {name: f"C{i}" for i, name in enumerate(names)}
-    lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=".", label=name,
-                                 color=colours[name])[0] for name in names}
-    dot, = curve_ax.plot([num_tokens], [1.0], "o", color="black", markersize=9, zorder=5)
+    curve_ax, dots_ax = fig.subplots(1, 2, width_ratios=(1.2, 1))
+    colours = {name: f"C{i}" for i, name in enumerate(names)}      # one colour per model, in both panels
+    markers = {name: "osD^vph*XP"[i % 10] for i, name in enumerate(names)}
+    lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=markers[name], markersize=5,
+                                 label=name, color=colours[name])[0] for name in names}
+    single = [name for name in names if context_limits[name] < CONTEXT_LENGTHS[1]]   # a curve of one point
+    single_texts = {name: curve_ax.text(CONTEXT_LENGTHS[0] * 1.15, 1.0, f"{name} (context {context_limits[name]:,})",
+                                        fontsize=8, va="center", color=colours[name]) for name in single}
+    dot, = curve_ax.plot([num_tokens], [1.0], "o", markerfacecolor="none", markeredgecolor="black",
+                         markeredgewidth=2, markersize=13, zorder=5)
     curve_ax.set_xscale("log", base=2)
     curve_ax.set_yscale("log")
     curve_ax.set_xticks(CONTEXT_LENGTHS, labels=[f"{t // 1024}k" for t in CONTEXT_LENGTHS])
@@ -54,11 +61,15 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     curve_ax.grid(True, which="both", alpha=0.3)
     curve_ax.legend(loc="upper left", fontsize=8)
     rows = list(range(len(names)))[::-1]                      # the first model on top
-    bar_list = list(bars_ax.barh(rows, [1.0] * len(names), color="tab:blue"))
-    bars_ax.set_yticks(rows, labels=names)
-    bars_ax.set_xscale("log")
-    bars_ax.set_xlabel("GiB (log scale)")
-    texts = [bars_ax.text(1.0, row, "", va="center", fontsize=9) for row in rows]
+    points = {name: dots_ax.plot([1.0], [row], marker=markers[name], linestyle="none", color=colours[name],
+                                 markersize=9)[0] for name, row in zip(names, rows)}
+    dots_ax.set_yticks(rows, labels=names)
+    dots_ax.set_ylim(-0.7, len(names) - 0.3)
+    dots_ax.set_xscale("log")
+    dots_ax.set_xlabel("GiB (log scale)")
+    dots_ax.grid(True, which="both", axis="x", alpha=0.3)
+    dots_ax.grid(True, axis="y", alpha=0.15)
+    texts = [dots_ax.text(1.0, row, "", va="center", fontsize=9) for row in rows]
 
     def redraw(model: str, num_tokens: int, batch_size: int, dtype: str) -> None:
         def gib(name: str, tokens: int) -> float:
@@ -68,9 +79,11 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
         for name, line in lines.items():
             values = [gib(name, t) if t <= context_limits[name] else float("nan") for t in CONTEXT_LENGTHS]
             line.set_ydata(values)
-            line.set_linewidth(3.0 if name == model else 1.0)
-            line.set_alpha(1.0 if name == model else 0.45)
+            line.set_linewidth(3.0 if name == model else 1.2)
+            line.set_alpha(1.0 if name == model else 0.6)
             everything += [v for v in values if v == v]
+            if name in single_texts:
+                single_texts[name].set_y(values[0])
         now = [gib(name, num_tokens) for name in names]
         low, high = min(everything + now), max(everything + now)
         curve_ax.set_ylim(low / 2, high * 3)
@@ -78,15 +91,20 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
         reach = "" if num_tokens <= context_limits[model] else f" (past its {context_limits[model]:,}-token context)"
         curve_ax.set_title(f"{model}: {now[names.index(model)]:.2f} GiB for {batch_size} × {num_tokens:,} tokens "
                            f"in {dtype}{reach}", fontsize=11)
-        for name, bar, text, value in zip(names, bar_list, texts, now):
-            bar.set_width(value)
-            bar.set_color("tab:red" if name == model else "tab:blue")
-            bar.set_alpha(1.0 if num_tokens <= context_limits[name] else 0.35)
-            text.set_x(value * 1.1)
-            text.set_text(f"{value:,.2f}")
-        bars_ax.set_xlim(min(now) / 3, max(now) * 8)
-        bars_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
-                          f"(pale: longer than the model's context)", fontsize=10)
+        for name, text, value in zip(names, texts, now):
+            inside = num_tokens <= context_limits[name]
+            point = points[name]
+            point.set_xdata([value])
+            point.set_markerfacecolor(colours[name] if inside else "none")   # hollow: past the model's context
+            point.set_markeredgecolor("black" if name == model else colours[name])
+            point.set_markeredgewidth(2.5 if name == model else 1.2)
+            point.set_markersize(12 if name == model else 9)
+            text.set_x(value * 1.35)
+            text.set_text(f"{value:,.2f}" + ("" if inside else " (past its context)"))
+            text.set_fontweight("bold" if name == model else "normal")
+        dots_ax.set_xlim(min(now) / 2, max(now) * 40)
+        dots_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
+                          f"(black ring: the chosen model; hollow: past its context)", fontsize=10)
 
     return LiveFigure(fig, redraw, {"model": choice("model", names, model),
                                     "num_tokens": steps_slider("context length T", CONTEXT_LENGTHS, num_tokens),
