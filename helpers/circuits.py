@@ -10,8 +10,10 @@ course's notation card, a stream vector ``x`` being a *row* (``q = x W_q``): hea
 
 ``W_q^h``, ``W_k^h``, ``W_v^h`` are head ``h``'s ``D`` columns of the card's ``W_q`` (``W_query.weight.T``: PyTorch
 stores ``y = x W^T``), ``W_o^h`` its ``D`` rows of ``W_o`` (``out_proj.weight.T``). Elhage et al. write vectors as
-columns, so their ``W_OV`` is the transpose of ours (their ``W_QK`` is the same matrix); Frobenius norms and
-eigenvalues do not change under transposition, so the scores here are theirs. Circuits on tokens put the embedding
+columns, so their ``W_OV`` is the transpose of ours and their ``W_QK`` is the same matrix (without the
+``1 / sqrt(D)``): their Q-score ``||W_QK^T W_OV||`` is our ``||W_OV^0 W_QK||`` and their K-score ``||W_QK W_OV||``
+our ``||W_OV^0 W_QK^T||``. Frobenius norms and eigenvalues ignore a transpose and the scores a scale, so the
+scores here are theirs. Circuits on tokens put the embedding
 ``E`` (``token_embedding.weight``) on both sides: ``V x V``, rows indexed by the query token (QK) or the token
 attended to (OV).
 

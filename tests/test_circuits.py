@@ -185,3 +185,38 @@ def test_bad_input_is_named(model, ids, call, error, match):
 def test_composition_scores_need_two_layers():
     with pytest.raises(ValueError, match="two layers"):
         composition_scores(InductionModel(17, 12, d_model=16, num_heads=2, num_layers=1))
+
+
+def test_q_and_k_labels_follow_what_path_ablation_shows():
+    # a rank-1 circuit built by hand: L0H1 writes along u; L1H0's key reads along u, its query along a ⊥ u. Then
+    # K-composition is 1 and Q-composition 0, and removing L0H1 moves L1H0's pattern from the keys only. Swapping
+    # the Q and K labels (or transposing W_QK between the two conventions) fails here.
+    torch.manual_seed(0)
+    model = InductionModel(17, 12, d_model=16, num_heads=2, num_layers=2).eval()
+    u, a, v, b = torch.randn(4, 16).unbind()
+    a = a - (a @ u) / (u @ u) * u                      # the query side reads a direction L0H1 never writes
+    with torch.no_grad():
+        for attention in model.layers:
+            for linear in (attention.W_query, attention.W_key, attention.W_value, attention.out_proj):
+                linear.weight.zero_()
+        model.layers[0].W_value.weight[8] = v          # L0H1: y W_OV = (y . v) u, rank 1
+        model.layers[0].out_proj.weight[:, 8] = u
+        model.layers[1].W_query.weight[0] = a          # L1H0: x W_QK y^T = (x . a)(y . u) / sqrt(D), rank 1
+        model.layers[1].W_key.weight[0] = u
+        for layer, head, reads, writes in ((0, 0, v, b), (1, 1, b, a)):   # the other heads, nonzero but not used
+            model.layers[layer].W_query.weight[8 * head] = reads
+            model.layers[layer].W_key.weight[8 * head] = writes
+        for layer in (0, 1):
+            model.layers[layer].W_value.weight[0] = v
+            model.layers[layer].out_proj.weight[:, 0] = b
+        model.layers[1].W_value.weight[8] = v
+        model.layers[1].out_proj.weight[:, 8] = a
+    scores = composition_scores(model)
+    assert float(scores["K"][1, 0]) == pytest.approx(1.0, abs=1e-5)
+    assert float(scores["Q"][1, 0]) == pytest.approx(0.0, abs=1e-5)
+    ids = repeated_sequences(6, 12, 17, 3, 5, torch.Generator().manual_seed(1))[0]
+    _, plain = path_ablated_forward(model, ids, 1, ())
+    _, queries_only = path_ablated_forward(model, ids, 1, ("query",))
+    _, keys_only = path_ablated_forward(model, ids, 1, ("key",))
+    torch.testing.assert_close(queries_only[:, 0], plain[:, 0])
+    assert (keys_only[:, 0] - plain[:, 0]).abs().max() > 1e-2

@@ -1,9 +1,12 @@
 """Notebook 12's exercises: right answers in any reasonable form pass, the real mistakes are named."""
 
+import math
+
 import torch
 
+from helpers.circuits import head_outputs, path_ablated_forward
 from helpers.exercises import lesson12
-from helpers.induction import prefix_matching_score
+from helpers.induction import InductionModel, prefix_matching_score, repeated_sequences
 
 
 def test_prefix_score_accepts_a_loop_and_a_broadcast_answer():
@@ -57,54 +60,73 @@ def test_prefix_score_rejects_the_course_function_and_survives_nan():
     assert lesson12.prefix_score.check(inf_answer).status == "wrong"
 
 
-def test_knock_out_names_the_view_without_transpose_and_the_tokens_axis():
-    feedback = lesson12.knock_out.check(lesson12.knock_out.buggy)
-    assert feedback.status == "wrong" and "view(B, H, T, D)" in feedback.message
+def test_keys_ablated_names_the_bug_and_the_swapped_sides():
+    feedback = lesson12.keys_ablated.check(lesson12.keys_ablated.buggy)
+    assert feedback.status == "wrong" and "mean(dim=1)" in feedback.message
 
-    def tokens_axis(context_vecs, head, num_heads):
-        head_dim = context_vecs.shape[-1] // num_heads
-        out = context_vecs.clone()
-        out[:, head * head_dim:(head + 1) * head_dim] = 0
-        return out
-    feedback = lesson12.knock_out.check(tokens_axis)
-    assert feedback.status == "wrong" and "axis 1, the tokens" in feedback.message
+    def on_the_queries(stream, head_output, W_query, W_key):   # the labels swapped: queries ablated, keys whole
+        ablated = stream - head_output + head_output.mean(0)
+        scores = (ablated @ W_query) @ (stream @ W_key).mT / W_key.shape[1] ** 0.5
+        return scores.masked_fill(torch.ones(scores.shape[-2:]).triu(1).bool(), -torch.inf).softmax(-1)
+    feedback = lesson12.keys_ablated.check(on_the_queries)
+    assert feedback.status == "wrong" and "from the queries" in feedback.message
+
+    def zeroed(stream, head_output, W_query, W_key):
+        scores = (stream @ W_query) @ ((stream - head_output) @ W_key).mT / W_key.shape[1] ** 0.5
+        return scores.masked_fill(torch.ones(scores.shape[-2:]).triu(1).bool(), -torch.inf).softmax(-1)
+    feedback = lesson12.keys_ablated.check(zeroed)
+    assert feedback.status == "wrong" and "replacing the output by 0" in feedback.message, "zeroing is the bug in disguise"
 
 
-def test_knock_out_accepts_a_slice_a_mask_and_a_view_with_transpose():
-    def by_slice(context_vecs, head, num_heads):
-        head_dim = context_vecs.shape[-1] // num_heads
-        out = context_vecs.clone()
-        out[..., head * head_dim:(head + 1) * head_dim] = 0
-        return out
+def test_keys_ablated_accepts_answers_written_differently():
+    def with_sdpa(stream, head_output, W_query, W_key):   # PyTorch's own attention, weights from a one-hot trick
+        batch_size, num_tokens, _ = stream.shape
+        keys = (stream - head_output + head_output.mean(dim=0)) @ W_key
+        eye = torch.eye(num_tokens).expand(batch_size, num_tokens, num_tokens)
+        return torch.nn.functional.scaled_dot_product_attention(stream @ W_query, keys, eye, is_causal=True)
 
-    def by_mask(context_vecs, head, num_heads):
-        keep = torch.ones(num_heads)
-        keep[head] = 0
-        return context_vecs * keep.repeat_interleave(context_vecs.shape[-1] // num_heads)
+    def by_the_keys_linearity(stream, head_output, W_query, W_key):   # k = x W_k - o W_k + mean(o) W_k
+        keys = stream @ W_key - head_output @ W_key + (head_output @ W_key).mean(dim=0)
+        scores = torch.einsum("btd,bsd->bts", stream @ W_query, keys) / math.sqrt(W_key.shape[1])
+        mask = torch.arange(scores.shape[-1])[None, :] > torch.arange(scores.shape[-1])[:, None]
+        return torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
 
-    def by_transpose(context_vecs, head, num_heads):
-        batch_size, num_tokens, d_out = context_vecs.shape
-        per_head = context_vecs.view(batch_size, num_tokens, num_heads, -1).transpose(1, 2).clone()  # (B, H, T, D)
-        per_head[:, head] = 0
-        return per_head.transpose(1, 2).reshape(batch_size, num_tokens, d_out)
+    for answer in (with_sdpa, by_the_keys_linearity, lesson12.keys_ablated._solution):
+        assert lesson12.keys_ablated.check(answer).passed, answer.__name__
 
-    for answer in (by_slice, by_mask, by_transpose):
-        assert lesson12.knock_out.check(answer).passed, answer.__name__
+
+def test_keys_ablated_is_section_3s_path_ablation_of_the_model():
+    torch.manual_seed(0)
+    model = InductionModel(17, 12, d_model=16, num_heads=2, num_layers=2).eval()
+    ids = repeated_sequences(6, 12, 17, 3, 5, torch.Generator().manual_seed(1))[0]
+    with torch.no_grad():
+        x0 = model.token_embedding(ids) + model.position_embedding.weight[:12]
+        outputs, _ = head_outputs(model, 0, x0)
+        stream = x0 + outputs.sum(dim=1) + model.layers[0].out_proj.bias
+        layer = model.layers[1]
+        _, expected = path_ablated_forward(model, ids, 1, ("key",))
+        for head in range(2):
+            rows = slice(8 * head, 8 * head + 8)
+            w_query = layer.W_query.weight[rows].T   # (d_model, D); the layer has no query/key bias
+            w_key = layer.W_key.weight[rows].T
+            assert layer.W_query.bias is None and layer.W_key.bias is None
+            got = lesson12.keys_ablated._solution(stream, outputs[:, 1], w_query, w_key)
+            torch.testing.assert_close(got, expected[:, head])
 
 
 def test_messages_point_to_the_lesson12_names():
     def placeholder(*args):
         raise NotImplementedError
     assert "`lesson12.prefix_score.hint()`" in lesson12.prefix_score.check(placeholder).message
-    assert "`lesson12.knock_out.hint()`" in lesson12.knock_out.check(placeholder).message
+    assert "`lesson12.keys_ablated.hint()`" in lesson12.keys_ablated.check(placeholder).message
 
 
-def test_knock_out_survives_inf_and_nan_answers():
-    def inf_answer(context_vecs, head, num_heads):
-        return torch.full_like(context_vecs, float("inf"))
+def test_keys_ablated_survives_inf_and_nan_answers():
+    def inf_answer(stream, head_output, W_query, W_key):
+        return torch.full(stream.shape[:2] + stream.shape[1:2], float("inf"))
 
-    def nan_answer(context_vecs, head, num_heads):
-        return torch.full_like(context_vecs, float("nan"))
+    def nan_answer(stream, head_output, W_query, W_key):
+        return torch.full(stream.shape[:2] + stream.shape[1:2], float("nan"))
     for answer in (inf_answer, nan_answer):
-        feedback = lesson12.knock_out.check(answer)
+        feedback = lesson12.keys_ablated.check(answer)
         assert feedback.status == "wrong", answer.__name__

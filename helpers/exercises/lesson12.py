@@ -1,7 +1,7 @@
 """Exercises for notebook 12: two layers, induction heads and attention sinks.
 
 1. compute a head's prefix-matching score on any sequence (earlier occurrences anywhere, weights of any layer);
-2. spot the bug: a knock-out that silences the wrong numbers (a view without a transpose).
+2. spot the bug: a layer-0 head mean-ablated in layer 1's keys alone (the mean taken over the wrong axis).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug, forbids
 
-__all__ = ["prefix_score", "knock_out"]
+__all__ = ["prefix_score", "keys_ablated"]
 
 
 def _softmax_rows(g: torch.Generator, num_heads: int, num_tokens: int, scale: float, causal: bool) -> torch.Tensor:
@@ -122,76 +122,92 @@ prefix_score = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: knocking out one head --------------------------------------------------------------------------
-def _knock_out_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, tokens, heads, head_dim, head):
-        return Case(description, (torch.randn(batch, tokens, heads * head_dim, generator=g), head, heads))
-    return [case("2 heads of width 4, 6 tokens, knock out head 1", 1, 6, 2, 4, 1),
-            case("4 heads of width 3, 5 tokens, batch of 2, knock out head 0", 2, 5, 4, 3, 0),
-            case("3 heads of width 2, 7 tokens, knock out head 1", 1, 7, 3, 2, 1),
-            case("2 heads of width 32, 32 tokens (notebook 12's model), knock out head 0", 1, 32, 2, 32, 0)]
+# --- 2. spot the bug: a layer-0 head removed from layer 1's keys alone ------------------------------------------------
+def _ablation_cases(g: torch.Generator) -> list[Case]:
+    def case(description, batch, tokens, d_model, head_dim):
+        stream = torch.randn(batch, tokens, d_model, generator=g)
+        head_output = torch.randn(batch, tokens, d_model, generator=g) * 2
+        w_query, w_key = (torch.randn(d_model, head_dim, generator=g) / d_model ** 0.5 for _ in range(2))
+        return Case(description, (stream, head_output, w_query, w_key))
+    return [case("4 sequences of 6 tokens, d_model 8, head_dim 4", 4, 6, 8, 4),
+            case("3 sequences of 5 tokens, d_model 6, head_dim 2", 3, 5, 6, 2),
+            case("8 sequences of 32 tokens, d_model 64, head_dim 32 (notebook 12's model)", 8, 32, 64, 32)]
 
 
-def _reference_knock_out(context_vecs, head, num_heads):
-    head_dim = context_vecs.shape[-1] // num_heads
-    silenced = context_vecs.clone()
-    silenced[..., head * head_dim:(head + 1) * head_dim] = 0.0
-    return silenced
+def _keys_weights(stream, key_stream, w_query, w_key):
+    from ..attention import scaled_dot_product_attention
+    from ..masks import causal_mask
+    queries, keys = stream @ w_query, key_stream @ w_key   # (B, T, D)
+    return scaled_dot_product_attention(queries, keys, keys, mask=causal_mask(stream.shape[1]), training=False)[1]
 
 
-def buggy_knock_out(context_vecs, head, num_heads):
-    # context_vecs (B, T, H * D): every head's context vectors side by side, as they enter W_o (out_proj)
-    batch_size, num_tokens, d_out = context_vecs.shape
-    head_dim = d_out // num_heads
-    per_head = context_vecs.clone().view(batch_size, num_heads, num_tokens, head_dim)   # (B, H, T, D)
-    per_head[:, head] = 0.0                                                               # silence one head
-    return per_head.view(batch_size, num_tokens, d_out)                                   # back to (B, T, H * D)
+def _reference_keys_ablated(stream, head_output, W_query, W_key):
+    ablated = stream - head_output + head_output.mean(dim=0, keepdim=True)
+    return _keys_weights(stream, ablated, W_query, W_key)
 
 
-def _solution_knock_out(context_vecs, head, num_heads):
-    batch_size, num_tokens, d_out = context_vecs.shape
-    head_dim = d_out // num_heads
-    per_head = context_vecs.clone().view(batch_size, num_tokens, num_heads, head_dim)   # (B, T, H, D): heads last
-    per_head[:, :, head] = 0.0                                                            # every token, one head
-    return per_head.view(batch_size, num_tokens, d_out)
+def buggy_keys_ablated_weights(stream, head_output, W_query, W_key):
+    # stream (B, T, d_model): X^(1), entering layer 1; head_output (B, T, d_model): what one layer-0 head added to it
+    # W_query, W_key (d_model, D): one layer-1 head's projections (q = x W_q)
+    mean_output = head_output.mean(dim=1, keepdim=True)                # the head's output, averaged
+    ablated = stream - head_output + mean_output                       # its token-dependent part removed
+    queries = stream @ W_query                                         # (B, T, D): queries read the whole stream
+    keys = ablated @ W_key                                             # (B, T, D): keys read the ablated stream
+    scores = queries @ keys.transpose(1, 2) / W_key.shape[1] ** 0.5    # (B, T, T)
+    future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
 
 
-def _tokens_axis(context_vecs, head, num_heads):      # the slice on the tokens axis instead of the features
-    head_dim = context_vecs.shape[-1] // num_heads
-    silenced = context_vecs.clone()
-    silenced[:, head * head_dim:(head + 1) * head_dim] = 0.0
-    return silenced
+def _solution_keys_ablated_weights(stream, head_output, W_query, W_key):
+    mean_output = head_output.mean(dim=0, keepdim=True)                # (1, T, d_model): over sequences, per position
+    ablated = stream - head_output + mean_output
+    queries = stream @ W_query
+    keys = ablated @ W_key
+    scores = queries @ keys.transpose(1, 2) / W_key.shape[1] ** 0.5
+    future = torch.ones(scores.shape[-2:], dtype=torch.bool).triu(1)
+    return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
 
 
-def _wrong_head(context_vecs, head, num_heads):       # every head but the chosen one
-    head_dim = context_vecs.shape[-1] // num_heads
-    kept = torch.zeros_like(context_vecs)
-    kept[..., head * head_dim:(head + 1) * head_dim] = context_vecs[..., head * head_dim:(head + 1) * head_dim]
-    return kept
+def _queries_instead(stream, head_output, W_query, W_key):    # the head removed from the queries, not the keys
+    ablated = stream - head_output + head_output.mean(dim=0, keepdim=True)
+    return _keys_weights(ablated, stream, W_query, W_key)
 
 
-knock_out = SpotTheBug(
-    "Spot the bug: knocking out one head",
-    "knock_out(context_vecs, head, num_heads) should silence one head: context_vecs (B, T, H * D) holds every "
-    "head's context vectors side by side, as they enter W_o (head h in features h * D to (h + 1) * D - 1), and the "
-    "answer is a copy with head `head`'s features set to 0 at every token, everything else unchanged. The code below "
-    "runs and returns the right shape, yet it silences the wrong numbers. Find the bug and fix it.",
-    reference=_reference_knock_out,
-    cases=_knock_out_cases,
-    hint=["Take B = 1, T = 3, H = 2, D = 1: six numbers. Write down which of them belong to head 1, then which "
-          "ones the code sets to 0.",
-          "In memory, (B, T, H * D) holds each token's H * D features one after another. Which numbers does "
-          ".view(B, H, T, D) put together under one head index?"],
-    solution=_solution_knock_out,
-    buggy=buggy_knock_out,
-    bug_message="view(B, H, T, D) on a (B, T, H * D) tensor does not split off the heads: the numbers in memory "
-                "are token by token, so that view cuts the tokens into H groups, and `[:, head] = 0` silences a block "
-                "of TOKENS (all their features), not one head. Split the features: view(B, T, H, D), then index the "
-                "head axis (or slice features head * D to (head + 1) * D on the last axis).",
-    mistakes=[Mistake(_tokens_axis, "you slice axis 1, the tokens: that silences tokens head * D to (head + 1) * D "
-                                    "in every head. The head's D features are on the LAST axis: "
-                                    "[..., head * D:(head + 1) * D]."),
-              Mistake(_wrong_head, "you keep the chosen head and silence all the others; knocking out a head sets "
-                                   "only that head's features to 0.")],
-    name="lesson12.knock_out",
+def _both_sides(stream, head_output, W_query, W_key):          # removed from queries and keys
+    ablated = stream - head_output + head_output.mean(dim=0, keepdim=True)
+    return _keys_weights(ablated, ablated, W_query, W_key)
+
+
+def _unscaled(stream, head_output, W_query, W_key):            # no 1 / sqrt(D)
+    ablated = stream - head_output + head_output.mean(dim=0, keepdim=True)
+    return _keys_weights(stream * W_key.shape[1] ** 0.5, ablated, W_query, W_key)
+
+
+keys_ablated = SpotTheBug(
+    "Spot the bug: a head removed from the keys alone",
+    "keys_ablated_weights(stream, head_output, W_query, W_key) should return one layer-1 head's causal attention "
+    "weights (B, T, T), softmax of q_i . k_j / sqrt(D) with the future hidden, when a layer-0 head is mean-ablated "
+    "in the keys only: stream (B, T, d_model) is the stream X^(1) entering layer 1, head_output (B, T, d_model) "
+    "what that layer-0 head added to it, W_query and W_key (d_model, D) the layer-1 head's projections (q = x "
+    "W_query). The keys read the stream with head_output replaced by its mean over the B sequences at each "
+    "position; the queries read the whole stream. The code below runs and returns the right shape, yet the "
+    "weights are wrong. Find the bug and fix it.",
+    reference=_reference_keys_ablated,
+    cases=_ablation_cases,
+    hint=["Mean-ablation keeps what the head writes on average at a position and removes what depends on the "
+          "tokens. Which axis of head_output (B, T, d_model) runs over the sequences?",
+          "Look at the shape of mean_output: it should be (1, T, d_model), one mean per position."],
+    solution=_solution_keys_ablated_weights,
+    buggy=buggy_keys_ablated_weights,
+    bug_message="mean(dim=1) averages each sequence over its own positions: one vector per sequence, added to "
+                "every key of that sequence, so it adds the same amount to every score of a row, which the softmax "
+                "ignores. The answer is that of replacing the output by 0 (as is one mean over everything). "
+                "Mean-ablation averages over the sequences at each position: mean(dim=0, keepdim=True), shape "
+                "(1, T, d_model).",
+    mistakes=[Mistake(_queries_instead, "you removed the head from the queries and left the keys whole; the task "
+                                        "removes it from the keys only (queries read the whole stream)."),
+              Mistake(_both_sides, "you removed the head from the queries too; only the keys read the ablated "
+                                   "stream."),
+              Mistake(_unscaled, "the scores are not divided by sqrt(D) (D = W_key.shape[1]).")],
+    name="lesson12.keys_ablated",
 )

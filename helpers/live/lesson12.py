@@ -193,6 +193,11 @@ def _matrix_panel(fig: CourseFigure, ax, matrix: torch.Tensor, title: str, xlabe
     fig.colorbar(image, ax=ax, shrink=0.85)
 
 
+def _w(kind: str, layer: int, head: int) -> str:
+    """``W_QK^{L1H0}`` in mathtext: the card's symbol with the head as its superscript."""
+    return f"W_{{{kind}}}^{{\\mathrm{{L{layer}H{head}}}}}"
+
+
 def circuits_figure(model: InductionModel, previous_head: int, induction_head: int,
                     num_tokens: int | None = None) -> CourseFigure:
     """Four circuits read off the weights: the positional QK circuit of layer 0's ``previous_head``; layer 1's
@@ -205,15 +210,15 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
     fig = CourseFigure(figsize=(11, 9.6), layout="constrained")
     axes = fig.subplots(2, 2)
     _matrix_panel(fig, axes[0, 0], positional_qk_circuit(model, 0, previous_head, num_tokens),
-                  f"L0H{previous_head}: positions only, P W_QK Pᵀ", "key position j", "query position i",
+                  f"L0H{previous_head}: positions only, $P\\, {_w('QK', 0, previous_head)}\\, P^\\top$", "key position j", "query position i",
                   position_ticks, [str(i) for i in position_ticks])
     _matrix_panel(fig, axes[0, 1], qk_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: tokens only, E W_QK Eᵀ", "key token", "query token", token_ticks, token_names)
+                  f"L1H{induction_head}: tokens only, $E\\, {_w('QK', 1, induction_head)}\\, E^\\top$", "key token", "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 0], composed_qk_circuit(model, previous_head, induction_head),
-                  f"L1H{induction_head}, key through L0H{previous_head}: E W_QK (E W_OV)ᵀ",
+                  f"Key through L0H{previous_head}: $E\\, {_w('QK', 1, induction_head)} (E\\, {_w('OV', 0, previous_head)})^\\top$",
                   "token L0H%d wrote at the key" % previous_head, "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 1], ov_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: OV circuit, E W_OV W_unembed", "logit of token", "token attended to",
+                  f"L1H{induction_head}: OV circuit, $E\\, {_w('OV', 1, induction_head)}\\, W_\\mathrm{{unembed}}$", "logit of token", "token attended to",
                   token_ticks, token_names)
     fig.suptitle("Scores (QK) and logits (OV) read off the weights; colour scales centred on 0", fontsize=11)
     return fig
@@ -236,8 +241,8 @@ def logit_attribution_figure(names: list[str], parts: torch.Tensor, token_ids: t
     labels = ["•" if i == 0 else TOKENS[i] for i in token_ids[:-1].tolist()]
     ax.set_xticks(range(len(labels)), labels=[f"{a}→{TOKENS[b]}" for a, b in zip(labels, token_ids[1:].tolist())],
                   rotation=90, fontsize=8)
-    ax.set(xlabel=f"position i: its token → the right next token (•: <s>; dashed line: from here on the next "
-                  f"token is a copy, Δ = {period})", title="What each piece adds to the logit of the right next token")
+    ax.set(xlabel=f"position i: its token → the right next token (•: <s>; dashed line: from here on the current "
+                  f"token occurred before, Δ = {period})", title="What each piece adds to the logit of the right next token")
     fig.colorbar(image, ax=ax, label="logit")
     return fig
 
