@@ -56,6 +56,7 @@ GRADING = Path(__file__).resolve().parent / "grading"
 sys.path.insert(0, str(GRADING.parent))
 
 from grading import answers, marks  # noqa: E402
+from grading import sandbox as sandbox_module  # noqa: E402
 from grading.marks import ERROR, NOT_ATTEMPTED, TIME_LIMIT, Outcome, Points, Redactor, Result  # noqa: E402
 from grading.sandbox import TOKEN_VARIABLE, Limits, Sandbox, sweep  # noqa: E402
 
@@ -247,7 +248,8 @@ def _run_notebook(context: Context, slot: int, path: Path) -> dict:
     return report
 
 
-def _run_checks(context: Context, slot: int, lesson: str, items: dict[str, dict]) -> tuple[dict[str, dict], str]:
+def _run_checks(context: Context, slot: int, lesson: str,
+                items: dict[str, dict]) -> tuple[dict[str, dict], str, float]:
     job = {"lesson": lesson, "seed": context.seed, "timeout": context.check_timeout,
            "preamble": answers.lesson_imports(ROOT, lesson),
            "exercises": [{"name": name, "code": item["code"], "answer": item["answer"],
@@ -255,7 +257,7 @@ def _run_checks(context: Context, slot: int, lesson: str, items: dict[str, dict]
     limit = 90 + context.check_timeout * len(items) * 2
     data, tail = run_sandboxed(context, slot, "checkrun.py", [], {}, json.dumps(job).encode(), limit)
     reports: dict[str, dict] = {}
-    problem = ""
+    problem, cpu = "", 0.0
     lines = (data or b"").decode(errors="replace").splitlines()
     if not lines:
         last = tail.splitlines()[-1] if tail else "no message"
@@ -267,7 +269,9 @@ def _run_checks(context: Context, slot: int, lesson: str, items: dict[str, dict]
             continue
         if isinstance(report, dict) and report.get("name") in items:
             reports.setdefault(report["name"], report)
-    return reports, problem
+        elif isinstance(report, dict) and isinstance(report.get("cpu"), (int, float)):
+            cpu = float(report["cpu"])
+    return reports, problem, cpu
 
 
 def grade_one(submission: Submission, context: Context, slot: int = 0) -> Outcome:
@@ -293,7 +297,8 @@ def grade_one(submission: Submission, context: Context, slot: int = 0) -> Outcom
         items = {name: answers.answer_cell(notebook, name) for name in expected}
         run = _run_notebook(context, slot, submission.path) if context.run_notebooks else None
         to_check = {name: item for name, item in items.items() if "problem" not in item}
-        reports, problem = _run_checks(context, slot, lesson, to_check) if to_check else ({}, "")
+        reports, problem, cpu = _run_checks(context, slot, lesson, to_check) if to_check else ({}, "", 0.0)
+        outcome.cpu_seconds = cpu + float((run or {}).get("cpu") or 0.0)
         if run is not None:
             if run.get("problem"):
                 stopped = run.get("stopped_cell")
@@ -424,6 +429,8 @@ def main(argv: list[str] | None = None) -> int:
     passed = sum(r.verdict == PASSED for o in outcomes for r in o.results.values())
     total = sum(len(o.results) for o in outcomes)
     print(f"\n{passed} of {total} exercise results passed. CSV: {options.csv}; feedback files: {feedback}/")
+    print(f"Time: {sum(o.seconds for o in outcomes):.1f} s of grading, {sum(o.cpu_seconds for o in outcomes):.1f} "
+          f"CPU-s reported by the sandboxed processes.")
     return 0
 
 

@@ -75,6 +75,13 @@ def answer_cell(notebook: dict, exercise: str) -> dict:
     return {"code": code, "answer": answer, "cell": index, "suspicious": flagged}
 
 
+PICTURES = ("helpers.live", "helpers.diagrams")  # widgets and figures: never part of an answer, slow to import
+
+
+def _modules(node: ast.Import | ast.ImportFrom) -> list[str]:
+    return [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
+
+
 def lesson_imports(root: Path, lesson: str) -> str:
     """The import statements of the course's own notebook of ``lesson`` (before its first exercise)."""
     number = lesson.removeprefix("lesson")
@@ -91,5 +98,6 @@ def lesson_imports(root: Path, lesson: str) -> str:
                 tree = ast.parse(_python(text))
             except SyntaxError:
                 continue
-            lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))]
+            lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+                      and not any(name.startswith(PICTURES) for name in _modules(node))]
     return "\n".join(lines)

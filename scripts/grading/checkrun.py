@@ -140,22 +140,32 @@ def run_exercise(exercise, original_check, base: dict, item: dict, seed: int | N
         sys.stdout, sys.stderr = stdout, stderr
 
 
-def read_report(fd: int, deadline: float) -> bytes | None:
-    """Everything the child writes to ``fd`` until it closes it, or None past the deadline."""
-    chunks, size = [], 0
+def read_report(fd: int, deadline: float, pid: int) -> bytes | None:
+    """What the child writes to ``fd`` until it exits (processes it forked may hold the pipe open: not waited
+    for), or None past the deadline."""
+    chunks, size, ended = [], 0, False
+    os.set_blocking(fd, False)
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             return None
-        ready, _, _ = select.select([fd], [], [], left)
-        if not ready:
-            continue
-        chunk = os.read(fd, 65536)
-        if not chunk:
+        ready, _, _ = select.select([fd], [], [], min(left, 0.1))
+        if ready:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                chunk = None
+            if chunk == b"":
+                return b"".join(chunks)
+            if chunk:
+                size += len(chunk)
+                if size <= 1 << 20:
+                    chunks.append(chunk)
+                continue
+        if ended:
             return b"".join(chunks)
-        size += len(chunk)
-        if size <= 1 << 20:
-            chunks.append(chunk)
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            ended = True  # one more round to drain what it wrote
 
 
 def main() -> int:
@@ -203,14 +213,13 @@ def main() -> int:
                 finally:
                     os._exit(code)
             os.close(writer)
-            data = read_report(reader, time.monotonic() + float(job["timeout"]))
+            data = read_report(reader, time.monotonic() + float(job["timeout"]), pid)
             os.close(reader)
-            if data is None:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except OSError:
-                    pass
-            os.waitpid(pid, 0)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except OSError:  # already reaped by read_report
+                pass
             if data is None:
                 report = {"status": "time limit", "message": f"time limit reached ({job['timeout']:g} s)"}
             else:
@@ -223,6 +232,10 @@ def main() -> int:
                                                             "died or something else wrote to its channel)"}
         report["name"] = item["name"]
         os.write(out, (json.dumps(report) + "\n").encode())
+    import resource
+    cpu = sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+              for field in ("ru_utime", "ru_stime"))
+    os.write(out, (json.dumps({"cpu": cpu}) + "\n").encode())
     return 0
 
 

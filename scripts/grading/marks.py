@@ -42,6 +42,8 @@ class Points:
     def load(cls, path: Path | None) -> Points:
         if path is None:
             return cls()
+        if path.suffix.lower() not in (".json", ".toml"):
+            raise ValueError(f"points file {path}: expected a .toml or .json file")
         text = Path(path).read_text(encoding="utf-8")
         if path.suffix.lower() == ".json":
             data = json.loads(text)
@@ -124,6 +126,7 @@ class Outcome:
     results: dict[str, Result] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    cpu_seconds: float = 0.0    # as the sandboxed processes report it (the notebook run and the checks)
 
 
 def score(report: dict, points: float, partial: bool) -> tuple[str, float, tuple[int, int] | None]:

@@ -34,6 +34,13 @@ def not_dumpable() -> None:
         pass
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process and of the children it waited for (the kernel, once shut down)."""
+    import resource
+    return sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+               for field in ("ru_utime", "ru_stime"))
+
+
 def kernelspec(home: Path) -> None:
     folder = home / "jupyter" / "kernels" / "grading"
     folder.mkdir(parents=True, exist_ok=True)
@@ -108,7 +115,8 @@ def main() -> int:
             if calls or error:
                 cells.append({"index": index, "checks": calls, "error": error})
         text = json.dumps({"cells": cells, "problem": state["problem"], "stopped_cell": state["stopped_cell"],
-                           "dropped_output_bytes": client.dropped, "seconds": time.monotonic() - started})
+                           "dropped_output_bytes": client.dropped, "seconds": time.monotonic() - started,
+                           "cpu": cpu_seconds()})
         os.write(result_fd, text.encode())
 
     def stop(signum, frame):  # the whole notebook's time limit (SIGALRM) or the grader's SIGTERM
@@ -134,6 +142,10 @@ def main() -> int:
     except Exception as error:  # the kernel did not start, a broken notebook file, ...
         state["problem"] = f"{type(error).__name__}: {str(error)[:200]}"
     signal.alarm(0)
+    try:
+        client.km.shutdown_kernel(now=True)  # waited for: its CPU time counts in cpu_seconds()
+    except Exception:
+        pass
     report()
     return 0
 
