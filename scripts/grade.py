@@ -320,7 +320,8 @@ def grade_one(submission: Submission, context: Context, slot: int = 0) -> Outcom
             else:
                 report = reports[name]
                 verdict, earned, parts = marks.score(report, worth, partial)
-                result = Result(name, verdict, str(report.get("message", "")), earned, worth, parts)
+                result = Result(name, verdict, str(report.get("message", "")), earned, worth, parts,
+                                title=str(report.get("title", "")))
             cell = item.get("cell")
             if cell is not None and cell in cell_errors:
                 error = cell_errors[cell]

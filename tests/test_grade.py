@@ -83,17 +83,17 @@ def my_cosine_scores(inputs):
 lesson01.cosine_scores.check(my_cosine_scores)'''
 
 FORGE_RECORD = f'''import json, os
-record = os.environ.get("ATTENTION_COURSE_GRADE_RECORD")
-if record:
-    with open(record, "a") as handle:
-        handle.write(json.dumps({{"exercise": "{COSINE}", "status": "correct", "message": "forged"}}) + "\\n")
 
 
 def my_cosine_scores(inputs):
     raise NotImplementedError
 
 
-lesson01.cosine_scores.check(my_cosine_scores)'''
+lesson01.cosine_scores.check(my_cosine_scores)
+record = os.environ.get("ATTENTION_COURSE_GRADE_RECORD")
+if record:  # after the check: the last verdict recorded counts
+    with open(record, "a") as handle:
+        handle.write(json.dumps({{"exercise": "{COSINE}", "status": "correct", "message": "forged"}}) + "\\n")'''
 
 MODEL_ANSWER = "lesson01.mixed_scores.check(lesson01._solution_mixed_scores)"
 
@@ -186,11 +186,8 @@ def _leftovers() -> list[int]:
     return found
 
 
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    """The class, graded once in the sandbox: (rows of the CSV, printed output, feedback folder)."""
-    _sandbox_or_skip()
-    tmp = tmp_path_factory.mktemp("grading")
+def build_class(tmp: Path) -> tuple[Path, Path]:
+    """The class of this test in ``tmp/class`` and its points file (also for grading it by hand, old grader or new)."""
     classroom = tmp / "class"
     lesson = "01_dot_product_scores.ipynb"
     _notebook(classroom / "a_leftover" / lesson, LEFTOVER, PLACEHOLDER_COSINE, PLACEHOLDER_MIXED, "import os\nos._exit(3)")
@@ -198,7 +195,7 @@ def graded(tmp_path_factory):
     _notebook(classroom / "c_spy" / lesson, IMPORTS, SPY, PLACEHOLDER_MIXED)
     _notebook(classroom / "d_forger" / lesson, IMPORTS, FORGE_RECORD, MODEL_ANSWER)
     _notebook(classroom / "e_patcher" / lesson, IMPORTS, PATCH, PLACEHOLDER_MIXED)
-    _notebook(classroom / "f_greedy" / lesson, ALLOCATE, FORK)
+    _notebook(classroom / "f_greedy" / lesson, IMPORTS, ALLOCATE, FORK)
     _notebook(classroom / "g_sleeper" / lesson, SLEEPS, "import time\ntime.sleep(10 ** 6)", PLACEHOLDER_MIXED)
     _notebook(classroom / "alice" / lesson, IMPORTS, "print('x' * 300_000)", RIGHT_COSINE, RIGHT_MIXED)
     _notebook(classroom / "bob" / lesson, PARTLY, BUGGY)
@@ -206,6 +203,15 @@ def graded(tmp_path_factory):
     (classroom / "dave" / lesson).write_text("{ not a notebook")
     points = tmp / "points.toml"
     points.write_text(f'default = 1\n\n[exercises]\n"{COSINE}" = 3\n')
+    return classroom, points
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """The class, graded once in the sandbox: (rows of the CSV, printed output, feedback folder)."""
+    _sandbox_or_skip()
+    tmp = tmp_path_factory.mktemp("grading")
+    classroom, points = build_class(tmp)
     table = tmp / "out" / "grades.csv"
     env = {**os.environ, "GRADER_TEST_SECRET": SECRET}
     env.pop(grade.sandbox_module.BWRAP_VARIABLE, None)

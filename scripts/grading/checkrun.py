@@ -231,6 +231,7 @@ def main() -> int:
                     report = {"status": "error", "message": "the check's report was unreadable (the process "
                                                             "died or something else wrote to its channel)"}
         report["name"] = item["name"]
+        report["title"] = str(getattr(exercise, "title", ""))
         os.write(out, (json.dumps(report) + "\n").encode())
     import resource
     cpu = sum(getattr(resource.getrusage(who), field) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)

@@ -106,11 +106,15 @@ class Result:
     max_points: float = 1.0
     parts: tuple[int, int] | None = None
     notes: list[str] = field(default_factory=list)
+    title: str = ""
 
     @property
     def short(self) -> str:
         first = self.message.strip().splitlines()[0] if self.message.strip() else ""
-        first = re.sub(r"^(❌|✅|⏳)\s*[^:]*:\s*", "", first).strip()
+        first = re.sub(r"^(❌|✅|⏳)\s*", "", first)
+        if self.title and first.startswith(self.title + ":"):
+            first = first[len(self.title) + 1:]
+        first = first.strip()
         if self.verdict in (PASSED, NOT_ATTEMPTED, TIME_LIMIT) or not first:
             return self.verdict
         return f"{self.verdict}: {first}"
