@@ -52,13 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-GRADING = Path(__file__).resolve().parent / "grading"
+GRADING = Path(__file__).resolve().parent / "grader"
 sys.path.insert(0, str(GRADING.parent))
 
-from grading import answers, marks  # noqa: E402
-from grading import sandbox as sandbox_module  # noqa: E402
-from grading.marks import ERROR, NOT_ATTEMPTED, TIME_LIMIT, Outcome, Points, Redactor, Result  # noqa: E402
-from grading.sandbox import TOKEN_VARIABLE, Limits, Sandbox, sweep  # noqa: E402
+from grader import answers, marks  # noqa: E402
+from grader import sandbox as sandbox_module  # noqa: E402
+from grader.marks import ERROR, NOT_ATTEMPTED, TIME_LIMIT, Outcome, Points, Redactor, Result  # noqa: E402
+from grader.sandbox import TOKEN_VARIABLE, Limits, Sandbox, sweep  # noqa: E402
 
 CHECK_CALL = re.compile(r"\b(lesson\d\d)\.(\w+)\.check\(")
 PASSED = marks.PASSED
@@ -157,7 +157,7 @@ def _environment(paths: dict[str, str], token: str, bwrap: bool) -> dict[str, st
 
 def run_sandboxed(context: Context, slot: int, script: str, arguments: list[str], files: dict[str, Path],
                   stdin: bytes | None, limit: float) -> tuple[bytes | None, str]:
-    """Run ``grading/<script>`` confined; returns what it wrote to its result pipe (None: nothing before
+    """Run ``grader/<script>`` confined; returns what it wrote to its result pipe (None: nothing before
     ``limit`` seconds or it died) and the tail of its log. Everything it left running is killed."""
     token = secrets.token_hex(12)
     reader, writer = os.pipe()
@@ -251,7 +251,7 @@ def _run_notebook(context: Context, slot: int, path: Path) -> dict:
 def _run_checks(context: Context, slot: int, lesson: str,
                 items: dict[str, dict]) -> tuple[dict[str, dict], str, float]:
     job = {"lesson": lesson, "seed": context.seed, "timeout": context.check_timeout,
-           "preamble": answers.lesson_imports(ROOT, lesson),
+           "preamble": answers.lesson_preamble(ROOT, lesson),
            "exercises": [{"name": name, "code": item["code"], "answer": item["answer"],
                           "partial": context.points.of(name)[1]} for name, item in items.items()]}
     limit = 90 + context.check_timeout * len(items) * 2

@@ -417,3 +417,17 @@ def test_a_worker_past_the_limit_is_stopped_with_its_process_group():
     started = time.monotonic()
     grade._stop(worker)
     assert worker.poll() is not None and time.monotonic() - started < 12
+
+
+def test_a_missing_or_unusable_bwrap_falls_back_with_the_reason(monkeypatch):
+    monkeypatch.setenv(grade.sandbox_module.BWRAP_VARIABLE, "none")
+    assert grade.Sandbox.detect().kind == "none"
+    monkeypatch.setenv(grade.sandbox_module.BWRAP_VARIABLE, "/nonexistent/bwrap")
+    missing = grade.Sandbox.detect()
+    assert missing.kind == "none" and "no bubblewrap at /nonexistent/bwrap" in missing.reason
+    monkeypatch.setenv(grade.sandbox_module.BWRAP_VARIABLE, shutil.which("false") or "/bin/false")
+    broken = grade.Sandbox.detect()
+    assert broken.kind == "none" and "cannot create its namespaces" in broken.reason, broken.reason
+    assert grade.sandbox_line(broken, grade.Limits()).startswith("No sandbox: bubblewrap cannot create")
+    with pytest.raises(SystemExit, match="--sandbox bwrap"):
+        grade.Sandbox.detect("bwrap")

@@ -4,7 +4,8 @@ The answer cell of ``lessonNN.name`` is the last code cell that calls ``lessonNN
 notebook shows is its last one). Its source without the statements that call the lesson's ``check``/``hint``/
 ``solution`` is what the check runner executes; the check's first argument (``my_fn`` in ``check(my_fn)``) is
 the answer. IPython's ``%magic`` and ``!shell`` lines are dropped. The lesson's imports (``import torch``,
-``from helpers.exercises import lesson04``, ...) come from the course's own notebook, not the student's.
+``from helpers.exercises import lesson04``, ...) and the functions and classes the lesson defines come from the
+course's own notebook, not the student's (:func:`lesson_preamble`).
 """
 
 from __future__ import annotations
@@ -82,22 +83,26 @@ def _modules(node: ast.Import | ast.ImportFrom) -> list[str]:
     return [node.module or ""] if isinstance(node, ast.ImportFrom) else [alias.name for alias in node.names]
 
 
-def lesson_imports(root: Path, lesson: str) -> str:
-    """The import statements of the course's own notebook of ``lesson`` (before its first exercise)."""
+def lesson_preamble(root: Path, lesson: str) -> list[str]:
+    """What an answer cell may rely on, from the course's own notebook of ``lesson`` (never the student's): its
+    imports (not the widgets' and figures') and the functions and classes it defines (``SelfAttention_v2``),
+    one statement each, in order. Cells that call a check are left out."""
     number = lesson.removeprefix("lesson")
-    lines: list[str] = []
+    statements: list[str] = []
     for path in sorted((root / "notebooks").glob(f"{number}_*.ipynb")):
         notebook = json.loads(path.read_text(encoding="utf-8"))
         for cell in notebook.get("cells", []):
-            if cell.get("cell_type") != "code":
-                continue
             text = source(cell)
-            if re.search(r"\blesson\d\d\.\w+\.check\(", text):
-                return "\n".join(lines)
+            if cell.get("cell_type") != "code" or re.search(r"\blesson\d\d\.\w+\.(check|solution)\(", text):
+                continue
             try:
                 tree = ast.parse(_python(text))
             except SyntaxError:
                 continue
-            lines += [ast.unparse(node) for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
-                      and not any(name.startswith(PICTURES) for name in _modules(node))]
-    return "\n".join(lines)
+            for node in tree.body:
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    if not any(name.startswith(PICTURES) for name in _modules(node)):
+                        statements.append(ast.unparse(node))
+                elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    statements.append(ast.unparse(node))
+    return statements

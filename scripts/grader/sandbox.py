@@ -54,7 +54,8 @@ class Limits:
     """Resource limits on every process of a submission (each process has its own, except ``processes``)."""
 
     memory_mb: int = 2048       # RLIMIT_AS: address space of one process (a Python kernel with torch needs ~1.2 GB)
-    processes: int = 96         # RLIMIT_NPROC: processes and threads of the sandbox's user at once
+    processes: int = max(96, 8 * (os.cpu_count() or 1))  # RLIMIT_NPROC: processes and threads at once (torch
+    #                                                           starts a thread per core)
     file_mb: int = 64           # RLIMIT_FSIZE: the largest file one process may write
     cpu_s: int = 600            # RLIMIT_CPU: CPU seconds of one process
 
