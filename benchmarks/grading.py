@@ -4,8 +4,8 @@
     python benchmarks/grading.py --notebooks 04 06 --rounds 3
 
 For each notebook (the student copy that scripts/student.py writes, with the course's model answers in place of
-the placeholder functions, so that every checker runs to its end), in the same run and on the same machine, alternating so
-that a change of load hits both alike:
+the placeholder functions, so that every checker runs to its end), in the same run and on the same machine,
+alternating so that a change of load hits both alike:
 
 * the notebook run (a fresh kernel, top to bottom) and the check re-run, each timed on its own, once in the
   bubblewrap sandbox and once without (``--sandbox none``: the same work with resource limits only);

@@ -56,7 +56,8 @@ while time.time() < end:
             try:
                 with open(os.path.join(folder, "checks.jsonl"), "a") as handle:
                     for name in ("{COSINE}", "{MIXED}"):
-                        handle.write(json.dumps({{"exercise": name, "status": "correct", "message": "forged"}}) + "\\\\n")
+                        line = {{"exercise": name, "status": "correct", "message": "forged"}}
+                        handle.write(json.dumps(line) + "\\\\n")
             except OSError:
                 pass
     time.sleep(0.1)
@@ -190,7 +191,8 @@ def build_class(tmp: Path) -> tuple[Path, Path]:
     """The class of this test in ``tmp/class`` and its points file (also for grading it by hand, old grader or new)."""
     classroom = tmp / "class"
     lesson = "01_dot_product_scores.ipynb"
-    _notebook(classroom / "a_leftover" / lesson, LEFTOVER, PLACEHOLDER_COSINE, PLACEHOLDER_MIXED, "import os\nos._exit(3)")
+    _notebook(classroom / "a_leftover" / lesson, LEFTOVER, PLACEHOLDER_COSINE, PLACEHOLDER_MIXED,
+              "import os\nos._exit(3)")
     _notebook(classroom / "b_victim" / lesson, PLACEHOLDER_COSINE, PLACEHOLDER_MIXED)
     _notebook(classroom / "c_spy" / lesson, IMPORTS, SPY, PLACEHOLDER_MIXED)
     _notebook(classroom / "d_forger" / lesson, IMPORTS, FORGE_RECORD, MODEL_ANSWER)
@@ -364,7 +366,8 @@ def test_the_points_file_is_read_and_checked(tmp_path):
     good.write_text(json.dumps({"default": 2, "partial_credit": False,
                                 "exercises": {COSINE: 5, MIXED: {"points": 1, "partial_credit": True}}}))
     points = grade.Points.load(good)
-    assert points.of(COSINE) == (5.0, False) and points.of(MIXED) == (1.0, True) and points.of("lesson02.x") == (2, False)
+    assert points.of(COSINE) == (5.0, False) and points.of(MIXED) == (1.0, True)
+    assert points.of("lesson02.x") == (2, False)
     for bad, words in (({"defualt": 1}, "unknown key"), ({"default": -1}, "default"),
                        ({"exercises": {"cosine": 1}}, "not a name"), ({"exercises": {COSINE: "two"}}, COSINE),
                        ({"partial_credit": "yes"}, "partial_credit")):
