@@ -9,8 +9,9 @@ alternating so that a change of load hits both alike:
 
 * the notebook run (a fresh kernel, top to bottom) and the check re-run, each timed on its own, once in the
   bubblewrap sandbox and once without (``--sandbox none``: the same work with resource limits only);
-* the overhead ratio: sandboxed / unsandboxed wall time, per phase and for the whole submission (median of the
-  rounds);
+* the overhead ratio: sandboxed / unsandboxed wall time, per phase and for the whole submission, and the ratio of
+  the CPU time the sandboxed processes report (medians of the rounds; on a loaded machine the wall times move
+  with the load, the CPU times much less);
 * the estimate for a class: 60 students x the notebooks named, ``--jobs 1``. With one job the submissions are
   graded one after another, each in fresh processes that share nothing, so the class's time is the sum of its
   submissions' times: 60 x (the median sandboxed time of each notebook), with the fastest and slowest round as
@@ -23,6 +24,7 @@ import argparse
 import ast
 import importlib.util
 import json
+import os
 import re
 import statistics
 import sys
@@ -77,13 +79,13 @@ def timed_submission(context, path: Path) -> dict[str, float]:
     started = time.monotonic()
     run = grade._run_notebook(context, 0, path)
     middle = time.monotonic()
-    reports, problem, _ = grade._run_checks(context, 0, lesson, items)
+    reports, problem, check_cpu = grade._run_checks(context, 0, lesson, items)
     ended = time.monotonic()
     if run.get("problem") or problem:
         raise SystemExit(f"{path.name}: {run.get('problem') or problem}")
     passed = sum(report.get("status") == "correct" for report in reports.values())
     return {"run": middle - started, "checks": ended - middle, "total": ended - started,
-            "passed": passed, "exercises": len(items)}
+            "cpu": float(run.get("cpu") or 0.0) + check_cpu, "passed": passed, "exercises": len(items)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                                  5_000_000, 12345)
 
         modes = {"bwrap": context(sandbox), "none": context(plain)}
-        print(f"{sandbox.kind} at {sandbox.bwrap}; {options.rounds} round(s) per notebook and mode, --jobs 1\n")
+        print(f"{sandbox.kind} at {sandbox.bwrap}; {options.rounds} round(s) per notebook and mode, --jobs 1; "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs\n")
         times: dict[tuple[str, str], list[dict]] = {}
         for path in paths:
             timed_submission(modes["none"], path)  # warm the disk cache, not counted
@@ -119,22 +122,24 @@ def main(argv: list[str] | None = None) -> int:
                     result = timed_submission(modes[mode], path)
                     times.setdefault((path.name, mode), []).append(result)
                     print(f"  {path.name:38s} {mode:5s} notebook {result['run']:6.1f} s  checks "
-                          f"{result['checks']:5.1f} s  ({result['passed']} of {result['exercises']} passed)",
-                          flush=True)
+                          f"{result['checks']:5.1f} s  CPU {result['cpu']:5.1f} s  ({result['passed']} of "
+                          f"{result['exercises']} passed)", flush=True)
     print()
     class_seconds, low, high = 0.0, 0.0, 0.0
     for path in paths:
         sandboxed, unsandboxed = times[(path.name, "bwrap")], times[(path.name, "none")]
         line = []
-        for phase in ("run", "checks", "total"):
+        for phase in ("run", "checks", "total", "cpu"):
             ratio = (statistics.median(r[phase] for r in sandboxed)
                      / statistics.median(r[phase] for r in unsandboxed))
             line.append(f"{phase} x{ratio:.2f}")
-        print(f"{path.name}: sandboxed / unsandboxed (median wall time): " + ", ".join(line))
+        print(f"{path.name}: sandboxed / unsandboxed (medians; run, checks, total: wall time; cpu: CPU-s of the "
+              f"sandboxed processes): " + ", ".join(line))
         totals = [r["total"] for r in sandboxed]
         class_seconds += options.students * statistics.median(totals)
         low += options.students * min(totals)
         high += options.students * max(totals)
+    print(f"Load average at the end: {os.getloadavg()[0]:.1f} (wall times move with it; CPU-s much less).")
     print(f"\nEstimate, {options.students} students x {len(paths)} notebooks, --jobs 1, sandboxed: "
           f"{class_seconds / 60:.1f} min (range {low / 60:.1f} to {high / 60:.1f} min): {options.students} x the "
           f"median sandboxed time of a submission of each notebook, summed (one job: one after another).")
