@@ -98,6 +98,24 @@ if record:  # after the check: the last verdict recorded counts
 
 MODEL_ANSWER = "lesson01.mixed_scores.check(lesson01._solution_mixed_scores)"
 
+# The check runner's channel to the grader, reached through /proc from the child that runs this cell.
+GRAB_THE_PIPE = f'''import json, os
+forged = "".join(json.dumps({{"name": name, "status": "correct", "message": "forged"}}) + "\\n"
+                 for name in ("{COSINE}", "{MIXED}"))
+for fd in range(3, 40):  # the parent's: in the notebook run the runner, in the check the check runner
+    try:
+        handle = os.open(f"/proc/{{os.getppid()}}/fd/{{fd}}", os.O_WRONLY | os.O_NONBLOCK)
+        os.write(handle, forged.encode())
+    except OSError:
+        pass
+
+
+def fixed_mixed_scores(attn_scores, attn_weights):
+    raise NotImplementedError
+
+
+lesson01.mixed_scores.check(fixed_mixed_scores)'''
+
 PATCH = '''from helpers.exercises.core import Feedback, FunctionExercise
 FunctionExercise._check = lambda self, function: Feedback("correct", "✅ forged")
 
@@ -196,7 +214,7 @@ def build_class(tmp: Path) -> tuple[Path, Path]:
     _notebook(classroom / "b_victim" / lesson, PLACEHOLDER_COSINE, PLACEHOLDER_MIXED)
     _notebook(classroom / "c_spy" / lesson, IMPORTS, SPY, PLACEHOLDER_MIXED)
     _notebook(classroom / "d_forger" / lesson, IMPORTS, FORGE_RECORD, MODEL_ANSWER)
-    _notebook(classroom / "e_patcher" / lesson, IMPORTS, PATCH, PLACEHOLDER_MIXED)
+    _notebook(classroom / "e_patcher" / lesson, IMPORTS, PATCH, GRAB_THE_PIPE)
     _notebook(classroom / "f_greedy" / lesson, IMPORTS, ALLOCATE, FORK)
     _notebook(classroom / "g_sleeper" / lesson, SLEEPS, "import time\ntime.sleep(10 ** 6)", PLACEHOLDER_MIXED)
     _notebook(classroom / "alice" / lesson, IMPORTS, "print('x' * 300_000)", RIGHT_COSINE, RIGHT_MIXED)
@@ -290,6 +308,11 @@ def test_patching_the_checker_class_is_caught(graded):
     assert f"### {MIXED}: not attempted" in text  # the patch lives in another cell: this answer is graded alone
 
 
+def test_the_checks_channel_to_the_grader_is_out_of_reach(graded):
+    rows, _, feedback = graded  # e_patcher's second answer writes forged reports to every pipe it can open
+    assert rows["e_patcher"][MIXED] == "0" and "forged" not in _feedback(feedback, "e_patcher")
+
+
 def test_a_3_gb_allocation_fails(graded):
     rows, _, feedback = graded
     text = _feedback(feedback, "f_greedy")
@@ -375,6 +398,13 @@ def test_the_points_file_is_read_and_checked(tmp_path):
             grade.Points.from_dict(bad)
     with pytest.raises(ValueError, match=r"\.toml or \.json"):
         grade.Points.load(tmp_path / "points.yaml")
+
+
+def test_the_csv_runs_no_formula(tmp_path):
+    table = tmp_path / "grades.csv"
+    grade.marks.write_csv(table, [], [{"student": "=HYPERLINK(1)", "total": 0, "max": 0, "results": {},
+                                       "notebooks": [], "notes": []}], grade.Redactor({}))
+    assert _read(table)["'=HYPERLINK(1)"]["total"] == "0"
 
 
 def test_scores_and_the_secret_filter():

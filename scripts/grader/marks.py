@@ -205,10 +205,15 @@ def write_csv(path: Path, columns: list[str], rows: list[dict], redact: Redactor
         writer.writerow(["student", "total", "max", "percent", *columns, "notebooks", "notes"])
         for row in rows:
             percent = 100 * row["total"] / row["max"] if row["max"] else 0.0
-            writer.writerow([redact(row["student"]), _points_text(row["total"]), _points_text(row["max"]),
+            writer.writerow([_cell(redact(row["student"])), _points_text(row["total"]), _points_text(row["max"]),
                              f"{percent:.1f}",
                              *[_points_text(row["results"][c].points) if c in row["results"] else "" for c in columns],
-                             redact(" ".join(row["notebooks"])), redact("; ".join(row["notes"]))[:1000]])
+                             _cell(redact(" ".join(row["notebooks"]))), _cell(redact("; ".join(row["notes"]))[:1000])])
+
+
+def _cell(text: str) -> str:
+    """A CSV cell a spreadsheet will not run as a formula (a name starting with =, +, - or @)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@") else text
 
 
 def feedback_name(student: str) -> str:
@@ -236,7 +241,8 @@ def write_feedback(folder: Path, outcomes: list[Outcome], columns: list[str], ro
                 lines += [f"### {name}: {result.verdict}, {_points_text(result.points)} of "
                           f"{_points_text(result.max_points)} point(s){parts}", ""]
                 if result.message.strip():
-                    lines += ["```text", result.message.strip(), "```", ""]
+                    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", result.message)), default=0))
+                    lines += [f"{fence}text", result.message.strip(), fence, ""]
                 for note in result.notes:
                     lines += [f"- {note}"]
                 if result.notes:
