@@ -236,7 +236,7 @@ def graded(tmp_path_factory):
     env = {**os.environ, "GRADER_TEST_SECRET": SECRET}
     env.pop(grade.sandbox_module.BWRAP_VARIABLE, None)
     done = subprocess.run([sys.executable, str(ROOT / "scripts" / "grade.py"), str(classroom), "--csv", str(table),
-                           "--points", str(points), "--timeout", "25", "--check-timeout", "8", "--jobs", "2",
+                           "--points", str(points), "--timeout", "60", "--check-timeout", "15", "--jobs", "2",
                            "--max-output", "100000"],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -331,7 +331,7 @@ def test_time_limits_are_named_as_such(graded):
     rows, _, feedback = graded
     text = _feedback(feedback, "g_sleeper")
     assert f"### {COSINE}: time limit reached" in text, text
-    assert "time limit reached (25 s) in cell 1" in rows["g_sleeper"]["notes"], rows["g_sleeper"]["notes"]
+    assert "time limit reached (60 s) in cell 1" in rows["g_sleeper"]["notes"], rows["g_sleeper"]["notes"]
     assert "KeyboardInterrupt" not in text
 
 
