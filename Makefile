@@ -165,12 +165,13 @@ student:
 withheld:
 	$(PYTHON) scripts/withhold_solutions.py --out build/withheld
 
-# Run and grade submitted notebooks: make grade SUBMISSIONS=path/to/class [GRADE_TIMEOUT=300]; the table is printed
-# and written to build/grades.csv (scripts/grade.py: what it isolates and what it does not).
+# Run and grade submitted notebooks, each in a sandbox: make grade SUBMISSIONS=path/to/class [GRADE_TIMEOUT=300]
+# [POINTS=points.toml]; the table is printed, build/grades.csv has a row per student, build/feedback/ a file per
+# student (docs/grading.md: points, feedback, the CSV, what is isolated and what is not).
 GRADE_TIMEOUT ?= 300
 grade: $(LAB_STAMP)
-	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-notebooks [GRADE_TIMEOUT=300]"; exit 2; }
-	$(BIN)/python scripts/grade.py $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) --csv build/grades.csv
+	@test -n "$(SUBMISSIONS)" || { echo "usage: make grade SUBMISSIONS=folder-or-notebooks [GRADE_TIMEOUT=300] [POINTS=points.toml]"; exit 2; }
+	$(BIN)/python scripts/grade.py $(SUBMISSIONS) --timeout $(GRADE_TIMEOUT) --csv build/grades.csv $(if $(POINTS),--points $(POINTS))
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info

@@ -1,32 +1,31 @@
-"""Grade submitted notebooks: run each in a fresh kernel, collect every exercise checker's verdict, print a table.
+"""Grade submitted notebooks for marks: each in a sandbox of its own, verdicts from a fresh run of the checkers.
 
     python scripts/grade.py submissions/                    # one folder per student inside (or one student's folder)
-    python scripts/grade.py alice.ipynb bob.ipynb --csv grades.csv --timeout 300 --jobs 2
+    python scripts/grade.py class/ --points points.toml --csv grades.csv --feedback feedback/ --timeout 300
 
 A submission is a notebook of the course (``NN_*.ipynb``) in which the student replaced the placeholders. For each
-one, in its own process, with a time limit for the whole notebook (``--timeout``, default 300 s):
+one, the grader:
 
-1. the notebook alone is copied into a new temporary folder, which becomes the working folder (nothing else of the
-   student's folder or of yours is copied there; the folder is deleted afterwards);
-2. a fresh Jupyter kernel runs every cell in order (a cell that raises does not stop the next ones), with an
-   environment reduced to what it needs: ``PATH``, ``HOME``/``TMPDIR``/Jupyter's and matplotlib's folders inside
-   the temporary folder, ``PYTHONPATH`` to this course (so the checkers are yours, not the student's), and
-   ``ATTENTION_COURSE_GRADE_RECORD``: every ``.check(...)`` appends its verdict to a file there (and the learner's
-   progress record stays off). Output beyond ``--max-output`` bytes per notebook is dropped, not kept in memory;
-3. past the time limit the kernel and the process are killed; the verdicts recorded so far count.
+1. runs the notebook top to bottom in a fresh Jupyter kernel, inside a sandbox of its own (``--timeout`` for the
+   whole notebook, default 300 s; a cell that raises does not stop the next ones); this tells whether it runs and
+   which cell raised or was stopped by the time limit, but it gives no marks;
+2. re-runs each exercise's checker in another fresh sandbox on the student's *answer cell alone* (the last cell
+   that calls the exercise's ``check``), with the checkers imported before any student code, the course's
+   withheld build on the path (no model answers to import; ``--course full`` grades against the full course),
+   inputs from a seed the notebook never saw, and the verdict sent back over a channel the student's code is not
+   handed. Only these verdicts count;
+3. kills whatever the submission left running, in any case.
 
-Each exercise of the notebook's lesson gets one result: ``passed``; ``failed: <the checker's one-line message>``;
-``not attempted`` (still the placeholder, or its check cell was removed); ``error: ...`` (the check cell raised
-before the checker could run, or the notebook ran past the time limit, or the kernel died). If a notebook calls a
-check more than once, the last verdict counts (the one its cell shows at the end). One submission's failure never
-stops the others. The table goes to the screen, the same table to ``--csv`` (default ``grades.csv``).
+The sandbox is bubblewrap (``bwrap``: new PID namespace, no network, a private ``/tmp`` and working folder,
+the course read-only, as a user of its own when you are root) with limits on memory, processes, file size and
+CPU time (``--memory``, ``--processes``). Without a working ``bwrap`` the first line says so and the notebooks
+run as your user in a temporary folder, with the same limits. docs/grading.md says what is and is not isolated.
 
-What this does not isolate, honestly: the student's code runs as your user, on your machine. It starts in an empty
-folder with a scrubbed environment, but it can still read any file your user can read by its absolute path, use
-the network, start processes, use all your memory, and forge its own verdicts (it runs in the same kernel as the
-checkers, so it could, e.g., redefine them). For submissions you do not trust, run this command inside a
-container or virtual machine, or as a user with no access to anything else; and read a notebook whose results look
-too good.
+Marks: each exercise is worth ``--points`` (default 1 each; partial credit for the share of test inputs right).
+The table (one row per student) is printed; ``--csv`` (default ``grades.csv``) has one row per student: total,
+maximum, percent and each exercise's points; ``--feedback`` (default ``feedback/`` next to the CSV) has one file per
+student with each exercise's verdict, points and the checker's message. The values of your environment variables
+never appear in any of them.
 
 Needs the course's environment (``pip install -e ".[lab]"``: nbclient, ipykernel); the students' notebooks need
 nothing else.
@@ -36,28 +35,33 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
-import csv
+import importlib.util
 import json
 import os
 import re
+import secrets
+import select
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GRADING = Path(__file__).resolve().parent / "grader"
+sys.path.insert(0, str(GRADING.parent))
+
+from grader import answers, marks  # noqa: E402
+from grader import sandbox as sandbox_module  # noqa: E402
+from grader.marks import ERROR, NOT_ATTEMPTED, TIME_LIMIT, Outcome, Points, Redactor, Result  # noqa: E402
+from grader.sandbox import TOKEN_VARIABLE, Limits, Sandbox, sweep  # noqa: E402
+
 CHECK_CALL = re.compile(r"\b(lesson\d\d)\.(\w+)\.check\(")
-RECORD_FILE, RESULT_FILE = "checks.jsonl", "cells.json"
-PASSED, NOT_ATTEMPTED = "passed", "not attempted"
-
-
-def _source(cell: dict) -> str:
-    text = cell.get("source", "")
-    return "".join(text) if isinstance(text, list) else text
+PASSED = marks.PASSED
 
 
 def course_exercises() -> dict[str, list[str]]:
@@ -66,7 +70,7 @@ def course_exercises() -> dict[str, list[str]]:
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         notebook = json.loads(path.read_text(encoding="utf-8"))
         for cell in notebook.get("cells", []):
-            for lesson, name in CHECK_CALL.findall(_source(cell)):
+            for lesson, name in CHECK_CALL.findall(answers.source(cell)):
                 names = found.setdefault(lesson, [])
                 if f"{lesson}.{name}" not in names:
                     names.append(f"{lesson}.{name}")
@@ -76,90 +80,18 @@ def course_exercises() -> dict[str, list[str]]:
 def lesson_of(path: Path, notebook: dict | None) -> str | None:
     """The lesson a submission belongs to: from its check calls, else from its file name (``04_...``)."""
     if notebook is not None:
-        lessons = [lesson for cell in notebook.get("cells", []) for lesson, _ in CHECK_CALL.findall(_source(cell))]
+        lessons = [lesson for cell in notebook.get("cells", [])
+                   for lesson, _ in CHECK_CALL.findall(answers.source(cell))]
         if lessons:
             return max(set(lessons), key=lessons.count)
     match = re.match(r"(\d\d)_", path.name)
     return f"lesson{match.group(1)}" if match else None
 
 
-# --- the worker: runs in its own process, inside the temporary folder -------------------------------------------
-def run_one(notebook_path: Path, timeout: float, max_output: int) -> None:
-    """Execute ``notebook_path`` in a fresh kernel; write what each cell did to RESULT_FILE next to it."""
-    import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellTimeoutError, DeadKernelError
-
-    class Client(NotebookClient):
-        dropped = 0
-        kept = 0
-
-        async def async_start_new_kernel(self, **kwargs):
-            await super().async_start_new_kernel(**kwargs)
-            # Kept in memory, never in a file the student's code could rewrite: the pid to kill on SIGTERM.
-            kernels.append(getattr(getattr(self.km, "provisioner", None), "process", None))
-
-        def output(self, outs, msg, display_id, cell_index):
-            size = len(json.dumps(msg.get("content", {})))
-            if self.kept + size > max_output:
-                self.dropped += size
-                return None
-            self.kept += size
-            return super().output(outs, msg, display_id, cell_index)
-
-    kernels: list = []
-
-    def stop(signum, frame):  # the grader's time limit: take the kernel (its own process group) down too
-        for process in filter(None, kernels):
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except OSError:
-                process.kill()
-        os._exit(124)
-
-    signal.signal(signal.SIGTERM, stop)
-    folder = notebook_path.parent
-    notebook = nbformat.read(notebook_path, as_version=4)
-    client = Client(notebook, timeout=max(1, int(timeout)), allow_errors=True, kernel_name="grading",
-                    interrupt_on_timeout=False, record_timing=False, store_widget_state=False,
-                    resources={"metadata": {"path": str(folder)}})
-    problem = None
-    try:
-        client.execute()
-    except CellTimeoutError:
-        problem = f"time limit ({timeout:g} s) reached"
-    except DeadKernelError:
-        problem = "the kernel died (the notebook exited Python or ran out of memory)"
-    except Exception as error:  # the kernel did not start, a broken notebook file, ...
-        problem = f"{type(error).__name__}: {str(error)[:200]}"
-    cells = []
-    for index, cell in enumerate(notebook.cells):
-        if cell.cell_type != "code":
-            continue
-        errors = [out for out in cell.get("outputs", []) if out.get("output_type") == "error"]
-        calls = [f"{lesson}.{name}" for lesson, name in CHECK_CALL.findall(cell.source)]
-        if calls or errors:
-            error = f"{errors[0].get('ename')}: {str(errors[0].get('evalue'))[:200]}" if errors else None
-            cells.append({"index": index, "checks": calls, "error": error})
-    Path(folder / RESULT_FILE).write_text(json.dumps({"cells": cells, "problem": problem,
-                                                      "dropped_output_bytes": client.dropped}))
-
-
-# --- the grader ------------------------------------------------------------------------------------------------
 @dataclass
 class Submission:
     student: str
     path: Path
-
-
-@dataclass
-class Outcome:
-    student: str
-    notebook: str
-    lesson: str | None
-    results: dict[str, str] = field(default_factory=dict)
-    note: str = ""
-    seconds: float = 0.0
 
 
 def find_submissions(arguments: list[Path]) -> list[Submission]:
@@ -179,31 +111,13 @@ def find_submissions(arguments: list[Path]) -> list[Submission]:
     return found
 
 
-def _environment(folder: Path) -> dict[str, str]:
-    home = folder / "home"
-    for sub in ("tmp", "jupyter/kernels/grading", "ipython", "matplotlib", "runtime", "config"):
-        (home / sub).mkdir(parents=True, exist_ok=True)
-    kernel = {"argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-              "display_name": "grading", "language": "python"}
-    (home / "jupyter" / "kernels" / "grading" / "kernel.json").write_text(json.dumps(kernel))
-    return {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
-        "HOME": str(home), "TMPDIR": str(home / "tmp"), "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
-        "PYTHONPATH": str(ROOT), "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-        "JUPYTER_PATH": str(home / "jupyter"), "JUPYTER_DATA_DIR": str(home / "jupyter"),
-        "JUPYTER_CONFIG_DIR": str(home / "config"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
-        "JUPYTER_PLATFORM_DIRS": "1", "IPYTHONDIR": str(home / "ipython"), "MPLCONFIGDIR": str(home / "matplotlib"),
-        "ATTENTION_COURSE_GRADE_RECORD": str(folder / RECORD_FILE), "ATTENTION_COURSE_PROGRESS": "off",
-    }
-
-
 def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to a worker still running (it kills its kernel, then exits); SIGKILL if it does not within 5 s."""
+    """SIGTERM to a process still running (and its process group); SIGKILL if it does not end within 5 s."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         if process.poll() is not None:
             return
         try:
-            os.killpg(process.pid, sig)  # the worker leads its own process group (start_new_session)
+            os.killpg(process.pid, sig)  # it leads its own process group (start_new_session)
         except OSError:
             pass
         try:
@@ -212,149 +126,312 @@ def _stop(process: subprocess.Popen) -> None:
             pass
 
 
-def _one_line(message: str) -> str:
-    line = message.strip().splitlines()[0] if message.strip() else ""
-    return re.sub(r"^(❌|✅|⏳)\s*[^:]*:\s*", "", line).strip()
+@dataclass
+class Context:
+    """What every submission's grading shares."""
+
+    sandbox: Sandbox
+    course: Path                  # the package the sandboxes import (the withheld build by default)
+    exercises: dict[str, list[str]]
+    points: Points
+    limits: Limits
+    timeout: float
+    check_timeout: float
+    max_output: int
+    seed: int | None
+    run_notebooks: bool = True
 
 
-def grade_one(submission: Submission, exercises: dict[str, list[str]], timeout: float,
-              max_output: int) -> Outcome:
+def _environment(paths: dict[str, str], token: str, bwrap: bool) -> dict[str, str]:
+    home = f"{paths['work']}/home"
+    return {
+        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/bin", "/bin"]),
+        "HOME": home, "TMPDIR": "/tmp" if bwrap else f"{home}/tmp", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8",
+        "PYTHONPATH": paths["course"], "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+        "JUPYTER_PATH": f"{home}/jupyter", "JUPYTER_DATA_DIR": f"{home}/jupyter",
+        "JUPYTER_CONFIG_DIR": f"{home}/config", "JUPYTER_RUNTIME_DIR": f"{home}/runtime",
+        "JUPYTER_PLATFORM_DIRS": "1", "IPYTHONDIR": f"{home}/ipython", "MPLCONFIGDIR": f"{home}/matplotlib",
+        "ATTENTION_COURSE_PROGRESS": "off", "MALLOC_ARENA_MAX": "2", TOKEN_VARIABLE: token,
+    }
+
+
+def run_sandboxed(context: Context, slot: int, script: str, arguments: list[str], files: dict[str, Path],
+                  stdin: bytes | None, limit: float) -> tuple[bytes | None, str]:
+    """Run ``grader/<script>`` confined; returns what it wrote to its result pipe (None: nothing before
+    ``limit`` seconds or it died) and the tail of its log. Everything it left running is killed."""
+    token = secrets.token_hex(12)
+    reader, writer = os.pipe()
+    temporary = Path(tempfile.mkdtemp(prefix="grade-"))
+    work = temporary / "work"
+    work.mkdir()
+    data = None
+    process = None
+    try:
+        paths = context.sandbox.paths(work, context.course, GRADING)
+        if context.sandbox.kind == "none":
+            (work / "home" / "tmp").mkdir(parents=True)
+        copies = temporary / "files"
+        copies.mkdir()
+        for name, host in list(files.items()):  # readable by the sandbox's own user, whoever owns the original
+            shutil.copyfile(host, copies / name)
+            os.chmod(copies / name, 0o644)
+            files = {**files, name: copies / name}
+        os.chmod(temporary, 0o755)
+        os.chmod(copies, 0o755)
+        command = [sys.executable, f"{paths['grader']}/{script}", *arguments, "--result-fd", str(writer)]
+        with open(temporary / "log", "wb") as log:
+            process = context.sandbox.start(
+                command, slot=slot, work=work, course=context.course, grader=GRADING, files=files,
+                env=_environment(paths, token, context.sandbox.kind == "bwrap"), limits=context.limits,
+                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL, stdout=log, pass_fds=(writer,))
+            os.close(writer)
+            writer = None
+            if stdin is not None:
+                try:
+                    process.stdin.write(stdin)
+                    process.stdin.close()
+                except OSError:
+                    pass
+            chunks, deadline = [], time.monotonic() + limit
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                ready, _, _ = select.select([reader], [], [], min(left, 1.0))
+                if ready:
+                    chunk = os.read(reader, 1 << 16)
+                    if not chunk:
+                        data = b"".join(chunks)
+                        break
+                    if sum(map(len, chunks)) < 8 << 20:
+                        chunks.append(chunk)
+                elif process.poll() is not None and not select.select([reader], [], [], 0.2)[0]:
+                    data = b"".join(chunks)  # it ended and nothing holds the pipe open any more
+                    break
+            if data is None:
+                data = b"".join(chunks) or None
+        try:
+            process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        tail = (temporary / "log").read_text(errors="replace")[-400:].strip()
+        return data, tail
+    finally:
+        if writer is not None:
+            os.close(writer)
+        os.close(reader)
+        if process is not None:
+            _stop(process)
+            sweep(token, uid=context.sandbox.uid(slot), session=process.pid)
+        else:
+            sweep(token, uid=context.sandbox.uid(slot))
+        for _ in range(5):  # a process that was still writing there is dead now
+            shutil.rmtree(temporary, ignore_errors=True)
+            if not temporary.exists():
+                break
+            time.sleep(0.2)
+
+
+def _run_notebook(context: Context, slot: int, path: Path) -> dict:
+    data, tail = run_sandboxed(context, slot, "worker.py",
+                               ["submission.ipynb", "--timeout", str(context.timeout),
+                                "--max-output", str(context.max_output)],
+                               {"submission.ipynb": path}, None, context.timeout + 30)
+    try:
+        report = json.loads(data) if data else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        last = tail.splitlines()[-1] if tail else "no message"
+        return {"cells": [], "stopped_cell": None, "dropped_output_bytes": 0,
+                "problem": f"the notebook could not be run to its end ({last[:200]})"}
+    return report
+
+
+def _run_checks(context: Context, slot: int, lesson: str,
+                items: dict[str, dict]) -> tuple[dict[str, dict], str, float]:
+    job = {"lesson": lesson, "seed": context.seed, "timeout": context.check_timeout,
+           "preamble": answers.lesson_preamble(ROOT, lesson),
+           "exercises": [{"name": name, "code": item["code"], "answer": item["answer"],
+                          "partial": context.points.of(name)[1]} for name, item in items.items()]}
+    limit = 90 + context.check_timeout * len(items) * 2
+    data, tail = run_sandboxed(context, slot, "checkrun.py", [], {}, json.dumps(job).encode(), limit)
+    reports: dict[str, dict] = {}
+    problem, cpu = "", 0.0
+    lines = (data or b"").decode(errors="replace").splitlines()
+    if not lines:
+        last = tail.splitlines()[-1] if tail else "no message"
+        problem = f"the checkers could not start ({last[:200]})"
+    for line in lines:
+        try:
+            report = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(report, dict) and report.get("name") in items:
+            reports.setdefault(report["name"], report)
+        elif isinstance(report, dict) and isinstance(report.get("cpu"), (int, float)):
+            cpu = float(report["cpu"])
+    return reports, problem, cpu
+
+
+def grade_one(submission: Submission, context: Context, slot: int = 0) -> Outcome:
     started = time.monotonic()
     outcome = Outcome(submission.student, submission.path.name, None)
     try:
         try:
             notebook = json.loads(submission.path.read_text(encoding="utf-8"))
+            if not isinstance(notebook, dict):
+                raise ValueError("not a notebook")
         except (OSError, ValueError) as error:
             outcome.lesson = lesson_of(submission.path, None)
-            outcome.note = f"unreadable notebook: {type(error).__name__}"
-            for name in exercises.get(outcome.lesson, []):
-                outcome.results[name] = f"error: {outcome.note}"
+            outcome.notes.append(f"unreadable notebook: {type(error).__name__}")
+            for name in context.exercises.get(outcome.lesson, []):
+                outcome.results[name] = Result(name, ERROR, f"unreadable notebook: {type(error).__name__}",
+                                               0.0, context.points.of(name)[0])
             return outcome
         outcome.lesson = lesson = lesson_of(submission.path, notebook)
-        expected = exercises.get(lesson, [])
+        expected = context.exercises.get(lesson, [])
         if not expected:
-            outcome.note = "no exercise of the course found in this notebook"
+            outcome.notes.append("no exercise of the course found in this notebook")
             return outcome
-        with tempfile.TemporaryDirectory(prefix="grade-") as temporary:
-            folder = Path(temporary)
-            copy = folder / "submission.ipynb"
-            shutil.copyfile(submission.path, copy)
-            with open(folder / "worker.log", "wb") as log:
-                process = subprocess.Popen(
-                    [sys.executable, str(Path(__file__).resolve()), "--worker", str(copy), "--timeout", str(timeout),
-                     "--max-output", str(max_output)],
-                    cwd=folder, env=_environment(folder), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True)
-                try:
-                    process.wait(timeout=timeout + 15)  # the worker stops itself at the limit; this is the backstop
-                    timed_out = False
-                except subprocess.TimeoutExpired:
-                    timed_out = True
-                finally:
-                    _stop(process)
-            cells = json.loads((folder / RESULT_FILE).read_text()) if (folder / RESULT_FILE).exists() else None
-            records = []
-            if (folder / RECORD_FILE).exists():
-                for line in (folder / RECORD_FILE).read_text(encoding="utf-8", errors="replace").splitlines():
-                    try:
-                        records.append(json.loads(line))
-                    except ValueError:
-                        pass
-            log_tail = (folder / "worker.log").read_text(errors="replace")[-300:].strip()
-        if cells is None:
-            problem = (f"time limit ({timeout:g} s) reached" if timed_out else
-                       f"the grading process failed: {log_tail.splitlines()[-1] if log_tail else 'no message'}")
-            cells = {"cells": [], "problem": problem, "dropped_output_bytes": 0}
-        outcome.note = "; ".join(filter(None, [
-            cells["problem"],
-            f"{cells['dropped_output_bytes']:,} bytes of output dropped" if cells["dropped_output_bytes"] else ""]))
-        verdicts = {}
-        for record in records:
-            if isinstance(record, dict) and record.get("exercise") in expected:
-                verdicts[record["exercise"]] = record
-        cell_errors = {}
-        called = set()
-        for cell in cells["cells"]:
-            called.update(cell["checks"])
-            for name in cell["checks"]:
-                if cell["error"]:
-                    cell_errors[name] = cell["error"]
+        items = {name: answers.answer_cell(notebook, name) for name in expected}
+        run = _run_notebook(context, slot, submission.path) if context.run_notebooks else None
+        to_check = {name: item for name, item in items.items() if "problem" not in item}
+        reports, problem, cpu = _run_checks(context, slot, lesson, to_check) if to_check else ({}, "", 0.0)
+        outcome.cpu_seconds = cpu + float((run or {}).get("cpu") or 0.0)
+        if run is not None:
+            if run.get("problem"):
+                stopped = run.get("stopped_cell")
+                where = f" in cell {stopped}" if stopped is not None else ""
+                outcome.notes.append(f"the notebook run: {run['problem']}{where}")
+            if run.get("dropped_output_bytes"):
+                outcome.notes.append(f"{run['dropped_output_bytes']:,} bytes of output dropped")
+        if problem:
+            outcome.notes.append(problem)
+        cell_errors = {cell["index"]: cell["error"] for cell in (run or {}).get("cells", []) if cell.get("error")}
         for name in expected:
-            verdict = verdicts.get(name)
-            if verdict is not None:
-                status = verdict.get("status")
-                outcome.results[name] = (PASSED if status == "correct" else NOT_ATTEMPTED if status == "not done"
-                                         else f"failed: {_one_line(str(verdict.get('message', '')))}")
-            elif name in cell_errors:
-                outcome.results[name] = f"error: {cell_errors[name]}"
-            elif cells["problem"]:
-                outcome.results[name] = f"error: {cells['problem']}"
-            elif name not in called:
-                outcome.results[name] = f"{NOT_ATTEMPTED} (no cell calls its check)"
+            worth, partial = context.points.of(name)
+            item = items[name]
+            if "problem" in item:
+                verdict = NOT_ATTEMPTED if item["problem"] == "no cell calls its check" else ERROR
+                result = Result(name, verdict, item["problem"], 0.0, worth)
+            elif name not in reports:
+                result = Result(name, ERROR, problem or "its check did not report", 0.0, worth)
             else:
-                outcome.results[name] = "error: its check did not run"
+                report = reports[name]
+                verdict, earned, parts = marks.score(report, worth, partial)
+                result = Result(name, verdict, str(report.get("message", "")), earned, worth, parts,
+                                title=str(report.get("title", "")))
+            cell = item.get("cell")
+            if cell is not None and cell in cell_errors:
+                error = cell_errors[cell]
+                result.notes.append(f"In the notebook run its cell (cell {cell}) "
+                                    + ("was stopped: time limit reached." if error == TIME_LIMIT
+                                       else f"raised {error}."))
+            if item.get("suspicious"):
+                result.notes.append("Worth a look by hand: the answer cell uses "
+                                    + ", ".join(f"`{s}`" for s in item["suspicious"][:6])
+                                    + ", which no exercise needs.")
+            outcome.results[name] = result
         return outcome
     except Exception as error:  # never let one submission stop the others
-        outcome.note = f"grader error: {type(error).__name__}: {error}"
+        outcome.notes.append(f"grader error: {type(error).__name__}: {error}")
         return outcome
     finally:
         outcome.seconds = time.monotonic() - started
 
 
-def table(outcomes: list[Outcome]) -> tuple[list[str], list[list[str]]]:
-    """Rows of (student, notebook, seconds, note, one column per exercise) and the header."""
-    columns: list[str] = []
-    for outcome in outcomes:
-        columns += [name for name in outcome.results if name not in columns]
-    header = ["student", "notebook", "seconds", "note", *columns]
-    rows = [[o.student, o.notebook, f"{o.seconds:.1f}", o.note, *[o.results.get(c, "") for c in columns]]
-            for o in outcomes]
-    return header, rows
+def _withheld_build(out: Path) -> Path:
+    spec = importlib.util.spec_from_file_location("withhold_solutions", ROOT / "scripts" / "withhold_solutions.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _, kept = module.build(out)
+    if kept:
+        print(f"Note: {len(kept)} model answer(s) stay importable (a checker calls them): {', '.join(kept)}")
+    return out
 
 
-def print_table(header: list[str], rows: list[list[str]], width: int = 34) -> None:
-    def short(text: str) -> str:
-        return text if len(text) <= width else text[: width - 1] + "…"
-    shown = [[short(cell) for cell in row] for row in [header, *rows]]
-    widths = [max(len(row[i]) for row in shown) for i in range(len(header))]
-    for number, row in enumerate(shown):
-        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if number == 0:
-            print("  ".join("-" * w for w in widths))
+def sandbox_line(sandbox: Sandbox, limits: Limits) -> str:
+    caps = (f"memory {limits.memory_mb} MB a process, {limits.processes} processes, files up to "
+            f"{limits.file_mb} MB, {limits.cpu_s} CPU-s a process")
+    if sandbox.kind == "bwrap":
+        who = " as a user of its own" if sandbox.root else ""
+        return (f"Sandbox: bubblewrap ({sandbox.bwrap}): each submission in its own PID namespace{who}, no network, "
+                f"private /tmp, the course read-only; limits: {caps}.")
+    return (f"No sandbox: {sandbox.reason}. The notebooks run as your user in a temporary folder, with limits "
+            f"({caps}) and a sweep of leftover processes only; see docs/grading.md.")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("submissions", nargs="*", type=Path, help="notebooks, a student's folder, or a class folder")
-    parser.add_argument("--timeout", type=float, default=300, help="seconds per notebook (default 300)")
-    parser.add_argument("--csv", type=Path, default=Path("grades.csv"), help="where to write the table as CSV")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per notebook run (default 300)")
+    parser.add_argument("--check-timeout", type=float, default=60, help="seconds per exercise check (default 60)")
+    parser.add_argument("--csv", type=Path, default=Path("grades.csv"), help="one row per student (grades.csv)")
+    parser.add_argument("--feedback", type=Path, help="a file per student (default: feedback/ next to the CSV)")
+    parser.add_argument("--points", type=Path, help="a .toml or .json file of points (default: 1 per exercise)")
     parser.add_argument("--jobs", type=int, default=1, help="notebooks graded at the same time (default 1)")
     parser.add_argument("--max-output", type=int, default=5_000_000, help="output bytes kept per notebook")
-    parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                        help="bwrap, none, or auto (bwrap where it works; default)")
+    parser.add_argument("--course", choices=("withheld", "full"), default="withheld",
+                        help="grade against the build without model answers (default) or the full course")
+    parser.add_argument("--seed", type=int, help="the checkers' input seed (default: a new random one per run)")
+    parser.add_argument("--memory", type=int, default=Limits.memory_mb, help="MB of address space per process")
+    parser.add_argument("--processes", type=int, default=Limits.processes, help="processes per submission")
+    parser.add_argument("--no-run", action="store_true", help="only re-run the checkers, not the whole notebooks")
     options = parser.parse_args(argv)
-    if options.worker:
-        run_one(options.worker, options.timeout, options.max_output)
-        return 0
     if not options.submissions:
         parser.error("name at least one notebook or folder")
+    try:
+        points = Points.load(options.points)
+    except (OSError, ValueError) as error:
+        parser.error(str(error))
+    limits = Limits(memory_mb=options.memory, processes=options.processes,
+                    cpu_s=int(max(options.timeout, options.check_timeout) * 2 + 60))
+    sandbox = Sandbox.detect(options.sandbox)
+    print(sandbox_line(sandbox, limits), flush=True)
     submissions = find_submissions(options.submissions)
     if not submissions:
         print("No notebooks found.")
         return 1
-    exercises = course_exercises()
-    print(f"Grading {len(submissions)} notebook(s), at most {options.timeout:g} s each ...", flush=True)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
-        outcomes = list(pool.map(lambda s: grade_one(s, exercises, options.timeout, options.max_output),
-                                 submissions))
-    header, rows = table(outcomes)
-    print_table(header, rows)
-    options.csv.parent.mkdir(parents=True, exist_ok=True)
-    with open(options.csv, "w", newline="", encoding="utf-8") as handle:
-        csv.writer(handle).writerows([header, *rows])
-    passed = sum(r == PASSED for o in outcomes for r in o.results.values())
+    redact = Redactor()
+    with tempfile.TemporaryDirectory(prefix="grade-course-") as temporary:
+        course = ROOT if options.course == "full" else _withheld_build(Path(temporary) / "course")
+        os.chmod(temporary, 0o755)
+        seed = options.seed if options.seed is not None else secrets.randbelow(2 ** 31 - 1)
+        context = Context(sandbox, course, course_exercises(), points, limits, options.timeout,
+                          options.check_timeout, options.max_output, seed, not options.no_run)
+        print(f"Grading {len(submissions)} notebook(s), at most {options.timeout:g} s each, against the "
+              f"{options.course} course, checker seed {seed} ...", flush=True)
+        slots = list(range(max(1, options.jobs)))
+        lock = threading.Lock()
+
+        def graded(submission: Submission) -> Outcome:
+            with lock:
+                slot = slots.pop()
+            try:
+                return grade_one(submission, context, slot)
+            finally:
+                with lock:
+                    slots.append(slot)
+
+        with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, options.jobs)) as pool:
+            outcomes = list(pool.map(graded, submissions))
+    order = [name for names in context.exercises.values() for name in names]
+    columns, rows = marks.students(outcomes, order)
+    marks.print_table(columns, rows, redact)
+    marks.write_csv(options.csv, columns, rows, redact)
+    feedback = options.feedback or options.csv.parent / "feedback"
+    preface = (f"Graded with the checker seed {seed}; each exercise's checker ran on its answer cell alone. "
+               + ("" if sandbox.kind == "bwrap" else "(No sandbox on the grading machine.)"))
+    marks.write_feedback(feedback, outcomes, columns, rows, redact, preface.strip())
+    passed = sum(r.verdict == PASSED for o in outcomes for r in o.results.values())
     total = sum(len(o.results) for o in outcomes)
-    print(f"\n{passed} of {total} exercise results passed. Full messages: {options.csv}")
+    print(f"\n{passed} of {total} exercise results passed. CSV: {options.csv}; feedback files: {feedback}/")
+    print(f"Time: {sum(o.seconds for o in outcomes):.1f} s of grading, {sum(o.cpu_seconds for o in outcomes):.1f} "
+          f"CPU-s reported by the sandboxed processes.")
     return 0
 
 
