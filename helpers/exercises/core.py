@@ -38,8 +38,9 @@ Besides its feedback, ``check`` keeps two small records, both local files and no
   kernel's working folder (the notebooks' folder), which the learner can see and delete;
   :func:`helpers.exercises.progress` prints it. ``ATTENTION_COURSE_PROGRESS=off`` turns it off, any other value is
   the file's path. See :mod:`helpers.exercises.records`.
-* grading: when ``ATTENTION_COURSE_GRADE_RECORD`` names a file (``scripts/grade.py`` sets it), every check appends
-  one JSON line (exercise, status, message) to it, and progress is not written.
+* a record for scripts that run notebooks: when ``ATTENTION_COURSE_GRADE_RECORD`` names a file, every check appends
+  one JSON line (exercise, status, message) to it, and progress is not written. ``scripts/grade.py`` does not
+  trust it for marks: it runs each checker again itself, outside the student's notebook.
 
 An instructor's copy of the package may withhold the model answers (``scripts/withhold_solutions.py``): then
 :meth:`FunctionExercise.solution` prints one sentence instead of the code. Checkers never need the model answers:

@@ -7,8 +7,8 @@ kept anywhere. :func:`progress` prints what it holds.
 
 The environment variable ``ATTENTION_COURSE_PROGRESS`` changes this: ``off`` records nothing, any other value is
 the path of the file to use. Nothing is recorded outside a Jupyter kernel (scripts, the course's unit tests), for a
-check that did not pass, or while an instructor's grading runs (``ATTENTION_COURSE_GRADE_RECORD`` is set: then
-every check result goes to that file instead, for ``scripts/grade.py``).
+check that did not pass, or while ``ATTENTION_COURSE_GRADE_RECORD`` is set (then every check result goes to that file
+instead; ``scripts/grade.py`` switches progress off and marks from its own re-run of each checker).
 """
 
 from __future__ import annotations
