@@ -21,7 +21,7 @@ import torch
 
 from ._checks import check_float_tensor, check_positive_int, check_probability
 
-__all__ = ["attention_dropout", "dropout_row_sums", "row_sum_std"]
+__all__ = ["attention_dropout", "dropout_row_sums", "nearest_attainable_sum", "row_sum_std"]
 
 
 def _check_generator(generator) -> None:
@@ -102,3 +102,26 @@ def row_sum_std(attn_weights: torch.Tensor, p: float) -> torch.Tensor:
         raise ValueError(f"attn_weights must have shape (..., T_q, T_k), got {tuple(attn_weights.shape)}")
     return torch.sqrt(p / (1.0 - p) * attn_weights.pow(2).sum(dim=-1))  # (..., T_q, T_k) -> (..., T_q)
 
+
+
+def nearest_attainable_sum(attn_weights: torch.Tensor, p: float, target: float = 1.0) -> torch.Tensor:
+    """Of all sums one dropout draw can give a row, the one nearest ``target`` (ties: the smaller).
+
+    A draw keeps some subset of a row's non-zero weights and multiplies them by ``1 / (1 - p)``; this tries
+    every subset (``2**n`` for ``n`` non-zero weights, at most 20 a row), in float64.
+    Shapes: ``attn_weights`` ``(..., T_q, T_k)``; returns ``(..., T_q)``, float64.
+    """
+    check_float_tensor("attn_weights", attn_weights)
+    if attn_weights.dim() < 2:
+        raise ValueError(f"attn_weights must have shape (..., T_q, T_k), got {tuple(attn_weights.shape)}")
+    check_probability("p", p)
+    rows = attn_weights.detach().cpu().double().reshape(-1, attn_weights.shape[-1])
+    nearest = []
+    for row in rows:
+        weights = row[row != 0]
+        if len(weights) > 20:
+            raise ValueError(f"a row may hold at most 20 non-zero weights here, got {len(weights)}")
+        subsets = (torch.arange(2 ** len(weights)).unsqueeze(1) >> torch.arange(len(weights))) & 1  # (2^n, n)
+        sums = torch.unique(subsets.double() @ weights / (1.0 - p))  # sorted, so the first minimum is the smaller
+        nearest.append(sums[(sums - target).abs().argmin()])
+    return torch.stack(nearest).reshape(attn_weights.shape[:-1])

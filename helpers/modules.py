@@ -151,23 +151,32 @@ class CausalAttention(nn.Module):
 class MultiHeadAttentionWrapper(nn.Module):
     """``num_heads`` independent :class:`CausalAttention` heads, outputs concatenated.
 
-    As in the book, ``d_out`` is the width of *each* head, so the output has
-    ``num_heads * d_out`` features.
+    ``head_dim`` is the width of *each* head, so the output has ``num_heads * head_dim`` features. Raschka
+    (2024, ch. 3) calls this argument ``d_out``; ``d_out=`` is still accepted as a keyword for it.
 
-    Input ``x``: ``(B, T, d_in)``; output ``(B, T, num_heads * d_out)``; weights ``(B, H, T, T)``.
+    Input ``x``: ``(B, T, d_in)``; output ``(B, T, num_heads * head_dim)``; weights ``(B, H, T, T)``.
     """
 
-    def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int,
-                 qkv_bias: bool = False):
+    def __init__(self, d_in: int, head_dim: int | None = None, context_length: int | None = None,
+                 dropout: float | None = None, num_heads: int | None = None, qkv_bias: bool = False, *,
+                 d_out: int | None = None):
         super().__init__()
+        if d_out is not None:
+            if head_dim is not None:
+                raise TypeError("give the width of one head once: head_dim (or its old name d_out), not both")
+            head_dim = d_out
+        for name, value in (("head_dim", head_dim), ("context_length", context_length), ("dropout", dropout),
+                            ("num_heads", num_heads)):
+            if value is None:
+                raise TypeError(f"MultiHeadAttentionWrapper needs {name}")
         check_positive_int("num_heads", num_heads)
         self.heads = nn.ModuleList(
-            [CausalAttention(d_in, d_out, context_length, dropout, qkv_bias) for _ in range(num_heads)]
+            [CausalAttention(d_in, head_dim, context_length, dropout, qkv_bias) for _ in range(num_heads)]
         )
 
     def forward(self, x: torch.Tensor, return_weights: bool = False):
         outputs = [head(x, return_weights=True) for head in self.heads]
-        context_vecs = torch.cat([ctx for ctx, _ in outputs], dim=-1)  # H x (B, T, d_out) -> (B, T, H*d_out)
+        context_vecs = torch.cat([ctx for ctx, _ in outputs], dim=-1)  # H x (B, T, head_dim) -> (B, T, H*head_dim)
         if not return_weights:
             return context_vecs
         attn_weights = torch.stack([w for _, w in outputs], dim=1)  # H x (B, T, T) -> (B, H, T, T)

@@ -5,7 +5,9 @@ import re
 import pytest
 import torch
 
-from helpers.dropout import attention_dropout, dropout_row_sums, row_sum_std
+import itertools
+
+from helpers.dropout import attention_dropout, dropout_row_sums, nearest_attainable_sum, row_sum_std
 from helpers.masks import causal_mask
 
 
@@ -91,7 +93,29 @@ def test_row_sum_std_formula():
     (lambda w: dropout_row_sums(w, 0.5, 0), ValueError, "num_draws"),
     (lambda w: dropout_row_sums(w[0], 0.5, 10), ValueError, "attn_weights"),
     (lambda w: row_sum_std(w, -0.1), ValueError, "p must be in [0, 1)"),
+    (lambda w: nearest_attainable_sum(w[0, 0], 0.5), ValueError, "attn_weights"),
+    (lambda w: nearest_attainable_sum(torch.full((1, 21), 1 / 21), 0.5), ValueError, "at most 20"),
 ])
 def test_bad_input_is_named(call, error, words):
     with pytest.raises(error, match=re.escape(words)):
         call(_causal_weights())
+
+
+def test_nearest_attainable_sum_small_cases():
+    weights = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.55, 0.45, 0.0]])
+    # Row 0: 0 or 2 (a tie, the smaller wins); row 1: 0, 1 or 2; row 2: 0, 0.9, 1.1 or 2.
+    torch.testing.assert_close(nearest_attainable_sum(weights, 0.5), torch.tensor([0.0, 1.0, 0.9], dtype=torch.float64))
+    torch.testing.assert_close(nearest_attainable_sum(weights, 0.0), torch.ones(3, dtype=torch.float64))
+
+
+def test_nearest_attainable_sum_matches_every_subset_written_out():
+    weights = _causal_weights()                                  # (6, 6) causal softmax rows
+    for p in (0.3, 0.5):
+        expected = []
+        for row in weights.double():
+            nonzero = row[row != 0].tolist()
+            sums = [sum(chosen) / (1 - p) for k in range(len(nonzero) + 1)
+                    for chosen in itertools.combinations(nonzero, k)]
+            expected.append(min(sums, key=lambda s: (abs(s - 1), s)))
+        torch.testing.assert_close(nearest_attainable_sum(weights, p), torch.tensor(expected, dtype=torch.float64))
+    assert nearest_attainable_sum(weights.expand(2, 6, 6), 0.5).shape == (2, 6)

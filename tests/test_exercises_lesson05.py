@@ -99,7 +99,7 @@ def test_right_spread_predictions_pass(right):
     assert feedback.passed, feedback.message
 
 
-# --- 2. spot the bug: an attention map that flickers ----------------------------------------------------------
+# --- 2. spot the bug: a picture that leaves the model as it found it ----------------------------------------------------------
 def _eval_weights(model, batch):
     was_training = model.training
     model.eval()
@@ -214,7 +214,9 @@ def test_hints_are_nudges_not_answers():
 
 def test_the_spot_the_bug_task_describes_the_symptom_not_the_fix():
     task = lesson05.attention_map.task
-    for fix in (r"eval", r"\bmode\b", r"training=False", r"no_grad", r"dropout"):
+    # It states the rule the checker holds it to (the model ends in the mode it came in), not how to get there.
+    assert "mode it came in" in task
+    for fix in (r"eval", r"training=False", r"no_grad", r"dropout", r"\.train\("):
         assert not re.search(fix, task), fix
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -34,7 +35,7 @@ def test_p_zero_shows_the_weights_untouched(journey):
     torch.testing.assert_close(shown(live), attn_weights)
     heights = torch.tensor([bar.get_height() for bar in live.bars.bars])
     torch.testing.assert_close(heights, torch.ones(6))
-    assert live.heatmap.image.get_clim() == (0.0, 2.0)  # one colour scale at every p
+    assert live.heatmap.image.get_clim() == (0.0, 1.0)  # the scale ends at the largest survivor, 1 / (1 - p)
 
 
 def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
@@ -49,8 +50,10 @@ def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
     assert torch.allclose(shown(live)[keep], 5 * attn_weights[keep])
     heights = torch.tensor([bar.get_height() for bar in live.bars.bars])
     torch.testing.assert_close(heights, expected.sum(dim=-1))
-    assert live.heatmap.image.get_clim() == (0.0, 2.0)  # survivors up to 5, yet a 0.77 must not look like a 0
-    assert live.heatmap.colorbar.extend == "max"
+    assert live.heatmap.image.get_clim() == pytest.approx((0.0, 5.0))  # survivors up to 5: no colour saturates
+    dropped_mask = torch.as_tensor(np.ma.getmaskarray(live.heatmap.image.get_array()))
+    assert torch.equal(dropped_mask, ~keep & ~helpers.causal_mask(6))  # dropped cells are drawn white (bad colour)
+    assert live.heatmap.image.get_cmap().get_bad()[:3] == pytest.approx((1.0, 1.0, 1.0))
     means = torch.tensor(live.mean_dots.get_ydata())
     assert bool(((means - 1).abs() < 0.25).all())
     # The dots are the means the lesson prints: the same 2,000 draws (seed 0) whatever the seed slider says.

@@ -54,7 +54,7 @@ def test_head_grid_shows_the_chosen_head_and_frames_it(head_weights):
     torch.testing.assert_close(torch.as_tensor(grid.big_map.image.get_array()), head_weights[2])
     framed = [h for h, small in enumerate(grid.small_maps) if small.ax.spines["left"].get_linewidth() > 1]
     assert framed == [2]
-    assert grid.big_map.ax.get_title() == "head 2: row 5 ('mat') outlined"
+    assert grid.big_map.ax.get_title() == "head 2 (orange frame) shown large: row 5 ('mat') outlined"
     assert bytes(grid.image.value) != first                         # the picture changed
     assert abs(float(head_weights[2, mat, 1]) - 0.97) < 0.01        # the value the lesson prints
 
@@ -73,6 +73,9 @@ def test_head_grid_has_one_shared_colour_bar_on_a_fixed_scale(head_weights):
     for small in grid.small_maps:                    # positions only, upright: readable at notebook width
         assert [label.get_text() for label in small.ax.get_xticklabels()] == [str(i) for i in range(10)]
         assert all(label.get_rotation() == 0 for label in small.ax.get_xticklabels())
+    left_rows = [label.get_text() for label in grid.small_maps[0].ax.get_yticklabels()]
+    assert left_rows == [f"{i}:{word}" for i, word in enumerate(SENTENCE)]  # the left maps name the query words
+    assert "all maps" in colour_bars[0].get_ylabel()
     assert grid.big_map.values._prop.get_size() >= 9
 
 

@@ -162,6 +162,8 @@ def test_runs_on_cuda():
         (lambda: MultiHeadAttention(3, 5, 6, 0.0, num_heads=2), ValueError, "d_out must be divisible by num_heads"),
         (lambda: MultiHeadAttention(3, 4, 6, 0.0, num_heads=0), ValueError, "num_heads must be at least 1"),
         (lambda: MultiHeadAttentionWrapper(3, 4, 6, 0.0, num_heads=0), ValueError, "num_heads must be at least 1"),
+        (lambda: MultiHeadAttentionWrapper(3, 4, 6, 0.0, num_heads=2, d_out=4), TypeError, "not both"),
+        (lambda: MultiHeadAttentionWrapper(3, context_length=6, dropout=0.0, num_heads=2), TypeError, "head_dim"),
         (lambda: MultiHeadAttention(3, 4, 6, 1.0, num_heads=2), ValueError, "dropout must be in"),
         (lambda: CausalAttention(3, 4, 6, -0.1), ValueError, "dropout must be in"),
         (lambda: CausalAttention(3, 4, 0, 0.0), ValueError, "context_length must be at least 1"),
@@ -197,3 +199,16 @@ def test_forward_rejects_bad_input(name, x, error, words):
 def test_batched_modules_ask_for_a_batch_dimension():
     with pytest.raises(ValueError, match="unsqueeze"):
         MultiHeadAttention(3, 2, 6, 0.0, 2)(INPUTS)
+
+
+def test_wrapper_takes_head_dim_or_the_books_name_d_out():
+    """The wrapper's per-head width is ``head_dim``; the book's keyword ``d_out`` still means the same."""
+    modules = []
+    for kwargs in ({"head_dim": 2}, {"d_out": 2}):
+        torch.manual_seed(123)
+        modules.append(MultiHeadAttentionWrapper(d_in=3, context_length=6, dropout=0.0, num_heads=2, **kwargs))
+    torch.manual_seed(123)
+    positional = MultiHeadAttentionWrapper(3, 2, 6, 0.0, 2)
+    for module in modules:
+        assert module(BATCH).shape == (BATCH.shape[0], BATCH.shape[1], 4)
+        torch.testing.assert_close(module(BATCH), positional(BATCH))

@@ -247,11 +247,11 @@ def _map_properties(got: torch.Tensor, case: Case, function) -> str | None:
 
 
 attention_map = SpotTheBug(
-    "Spot the bug: an attention map that flickers",
-    "attention_map(model, batch) plots a model's attention weights (B, T, T) now and then during training, and is "
-    "also used on finished models. Two calls in a row, with no training step between them, give different "
-    "pictures. Fix it. A picture must change nothing that comes after it: a model in training trains on exactly "
-    "as it would have without the picture, a finished model keeps giving the same weights, and PyTorch's global "
+    "Spot the bug: a picture that leaves the model as it found it",
+    "attention_map(model, batch) returns a model's attention weights (B, T, T) to plot, during training and on "
+    "finished models. Two calls in a row, with no training step between them, give different pictures. Fix it so "
+    "the picture changes nothing: the model ends in the mode it came in, a model in training trains on exactly as "
+    "it would have without the picture, a finished model keeps giving the same weights, and PyTorch's global "
     "random generator is neither reseeded nor drawn from.",
     reference=_reference_attention_map,
     cases=_model_cases,

@@ -10,9 +10,11 @@ import inspect
 import textwrap
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 from matplotlib.collections import LineCollection
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import FormatStrFormatter
 
 from ..diagrams._draw import PALETTE
 from ..dropout import attention_dropout, dropout_row_sums
@@ -24,8 +26,7 @@ __all__ = ["mark_dropped", "monte_carlo_figure", "dropout_explorer", "show_sourc
 
 _DROP_COLOR = "#ff4040"  # the red cross on a dropped weight, as in the dropout diagram
 _MEAN_DRAWS = 2_000  # draws behind the "mean row sum" dots of the explorer
-_KEY = "red x: dropped by this draw, grey: future (masked)"
-_TOP = 2.0  # the explorer's colour scale runs from 0 to 2 at every p; larger weights get the top colour
+_KEY = "white, red x: dropped by this draw; grey: future (masked)"
 
 
 def _spaced(fig: CourseFigure) -> CourseFigure:
@@ -103,19 +104,20 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     The black dots are the mean row sums over 2,000 draws at the same ``p``: the same draws at every seed (a
     generator of their own, seed 0), so they match ``dropout_row_sums(attn_weights, p, 2_000,
     torch.Generator().manual_seed(0)).mean(dim=0)``. The heatmap's colour
-    scale runs from 0 to 2 at every ``p`` (larger values get the top colour, and every cell shows its number), so
-    a small survivor never looks like a dropped weight; dropped weights are crossed out, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
+    scale runs from 0 to the largest possible survivor, ``1 / (1 - p)``, so no two values share a colour; dropped
+    weights are white and crossed out, as in the dropout diagram, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
     """
     attn_weights = attn_weights.detach().cpu()
     num_tokens = len(tokens)
     visible = ~causal_mask(num_tokens)  # the weights a token may use
     fig = _spaced(new_figure(12, 4.6, ncols=2))
     drop_ax, sum_ax = fig.axes
-    heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=_TOP)
-    # One scale for every p, so a small survivor never looks like a dropped 0; the arrow marks "2 and above".
-    heatmap.colorbar.remove()
-    heatmap.colorbar = fig.colorbar(heatmap.image, ax=drop_ax, extend="max",
-                                    label="$\\tilde a_{ij}$ (0 to 2; above 2: top colour)")
+    heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
+                      colorbar_label="$\\tilde a_{ij}$ (top: $1/(1-p)$, the largest)")
+    heatmap.colorbar.formatter = FormatStrFormatter("%.1f")  # ticks of one width at every p: the layout holds
+    cmap = heatmap.image.get_cmap().copy()
+    cmap.set_bad("white")  # a dropped weight: white, as in the dropout diagram
+    heatmap.image.set_cmap(cmap)
     _grey_future(heatmap)
     drop_ax.set_xlabel(f"key token\n{_KEY}")
     crosses = mark_dropped(heatmap, torch.ones(num_tokens, num_tokens, dtype=torch.bool))
@@ -133,8 +135,10 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         mean_sums = dropout_row_sums(attn_weights, p, _MEAN_DRAWS, torch.Generator().manual_seed(0)).mean(dim=0)
         top = 1 / (1 - p)
         num_dropped = int((visible & ~keep).sum())
+        heatmap.image.set_clim(0.0, top)  # before the update, so every number's colour fits this scale
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
                                       f"weights dropped, survivors x {top:.2f}")
+        heatmap.image.set_data(np.ma.masked_array(dropped.numpy(), mask=(visible & ~keep).numpy()))
         mark_dropped(heatmap, keep, crosses)
         bars.ylim = (0.0, 1.25 * top)
         bars.update(dropped.sum(dim=-1), title="Row sums of this draw (dashed: 1)")

@@ -60,7 +60,7 @@ def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 
     if len(tokens) != num_tokens:
         raise ValueError(f"tokens must have {num_tokens} entries, got {len(tokens)}")
     labels = [f"{i}:{word}" for i, word in enumerate(tokens)]  # positions keep repeated words apart
-    positions = [str(i) for i in range(num_tokens)]            # the small maps name tokens by position only
+    positions = [str(i) for i in range(num_tokens)]            # inner axes of the small maps: positions only
     small_rows = math.ceil(num_heads / 2)
     fig = CourseFigure(figsize=(12, 3.2 * small_rows + 0.8), layout="constrained")
     mosaic = [[f"h{2 * r}", f"h{2 * r + 1}" if 2 * r + 1 < num_heads else ".", "big"] for r in range(small_rows)]
@@ -72,16 +72,17 @@ def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 
                         title=f"head {h}", xlabel="key token $j$" if bottom else "",
                         ylabel="query token $i$" if left else "")
         small.colorbar.remove()                       # one colour bar serves every map (same 0..1 scale)
+        # Words on the left maps' rows (the query tokens the slider outlines); columns by position, as in the big map.
         small.ax.set_xticks(range(num_tokens), labels=positions, rotation=0, ha="center")
-        small.ax.tick_params(labelsize=9)
-        if not left:                                  # the left map of a row already names the query tokens
-            small.ax.set_yticklabels([])
+        small.ax.set_yticks(range(num_tokens), labels=labels if left else [""] * num_tokens)
+        small.ax.tick_params(labelsize=8)
         small_maps.append(small)
     big_map = Heatmap(axes["big"], weights[head], labels, labels, vmin=0.0, vmax=1.0, fmt="{:.2f}",
                       xlabel="key token $j$", ylabel="query token $i$")
     big_map.values._prop.set_size(9)                  # the big map has room for 9-point numbers
     big_map.colorbar.remove()
-    fig.colorbar(big_map.image, ax=list(axes.values()), label="attention weight $a_{ij}$ (0 to 1)", shrink=0.8)
+    fig.colorbar(big_map.image, ax=list(axes.values()), label="attention weight $a_{ij}$, all maps (0 to 1)",
+                 shrink=0.8)
 
     def redraw(head: str, query: int) -> None:
         selected = int(head.split()[-1])
@@ -90,7 +91,8 @@ def head_grid(head_weights: torch.Tensor, tokens: Sequence[str], *, head: int = 
                 spine.set_edgecolor("darkorange" if h == selected else "black")
                 spine.set_linewidth(5 if h == selected else 0.8)
             small.outline_row(query)
-        big_map.update(weights[selected], title=f"head {selected}: row {query} ('{tokens[query]}') outlined")
+        big_map.update(weights[selected], title=f"head {selected} (orange frame) shown large: row {query} "
+                                                 f"('{tokens[query]}') outlined")
         big_map.outline_row(query)
 
     frames = [spine for small in small_maps for spine in small.ax.spines.values()]
