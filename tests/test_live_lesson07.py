@@ -233,6 +233,22 @@ def test_measure_time_and_scaling_plot():
     assert figure_to_png(fig)[:4] == b"\x89PNG"
 
 
+def test_memory_plot_draws_the_three_paths_as_the_scaling_plot_does():
+    from helpers.live.lesson07 import memory_plot, scaling_plot
+    sizes, peak = (64, 128, 256), {n: [1.0, 2.0 * (i + 1), 4.0 ** (i + 1)] for i, n in
+                                   enumerate(("explicit", "SDPA", "tiled"))}
+    (ax,) = memory_plot(sizes, peak).axes
+    both = scaling_plot(sizes, {n: [1.0, 1.0, 1.0] for n in peak}, peak).axes[1]
+    assert [line.get_label() for line in ax.get_lines()[:3]] == ["explicit", "SDPA", "tiled"]
+    for mine, theirs in zip(ax.get_lines(), both.get_lines()):   # the same panel as the deep dive's right one
+        assert list(mine.get_ydata()) == list(theirs.get_ydata())
+    assert ax.get_title() == both.get_title() and ax.get_xscale() == ax.get_yscale() == "log"
+    with pytest.raises(ValueError, match="peak_mib"):
+        memory_plot(sizes, {"explicit": [1.0], "SDPA": [1.0], "tiled": [1.0]})
+    with pytest.raises(TypeError, match="peak_mib"):
+        memory_plot(sizes, [1.0, 2.0])
+
+
 def test_explorer_never_shows_what_a_row_has_not_seen_yet(qkv):
     """No final-value marks: at step 3 nothing in the picture gives away the maximum that step 4 brings."""
     view = tile_explorer(TOKENS, *qkv, tile_size=2, step=3)

@@ -79,7 +79,7 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
 
     # Key: what the blue outline and the yellow fill mean.
     ax.plot([notes, notes + 1.4], [0.9, 0.9], color=TOY_EDGE, linewidth=3.0)
-    label(ax, notes + 1.8, 0.9, "outlined blue: notebook 08's model has this part too", **note)
+    label(ax, notes + 1.8, 0.9, "outlined blue: our toy model (section 3) has this part too", **note)
     box(ax, notes, 1.5, 1.4, 0.8, "", color=PALETTE["weights"])
     label(ax, notes + 1.8, 1.9, "filled yellow: the attention of notebooks 01-07", **note)
 
@@ -91,7 +91,7 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     arrow(ax, (mid, 5.4), (mid, 4.4))
     box(ax, left, 5.4, width, 1.2, "final layer norm", fontsize=text_size)
     label(ax, notes, 3.6, "GPT-2 reuses the token embedding's matrix here,", **note)
-    label(ax, notes, 4.5, "transposed, without a bias; notebook 08's read-out", **note)
+    label(ax, notes, 4.5, "transposed, without a bias; our toy model's read-out", **note)
     label(ax, notes, 5.4, "has a matrix and a bias of its own", **note)
     arrow(ax, (mid, 9.05), (mid, 6.6))
 

@@ -123,9 +123,10 @@ def tiles_diagram(num_tokens: int = 8, tile_size: int = 2, query_block: int = 2,
         label(ax, stats_x, s_y + T + 0.5 + 0.9 * offset, f"{symbol} = ", fontsize=9, va="top", ha="left")
         label(ax, stats_x + 1.9, s_y + T + 0.5 + 0.9 * offset, code, fontsize=9, va="top", ha="left",
               color="#525252", family="monospace")
-    arrow(ax, (s_x + cols.stop + 0.1, s_y + rows.start + len(rows) / 2),
+    # from S's right edge, so that the arrow crosses no tile the live one does not touch
+    arrow(ax, (s_x + T + 0.1, s_y + rows.start + len(rows) / 2),
           (stats_x - 0.1, s_y + rows.start + len(rows) / 2), "update", fontsize=8, color=_LIVE,
-          text_offset=((T - cols.stop) / 2, -0.15))  # the label sits in the gap
+          text_offset=(0.0, -0.15))
     for r in range(T):
         label(ax, acc_x + d_v + 0.3, s_y + r + 0.5, f"row {r}", fontsize=9, color="#525252", ha="left")
 

@@ -243,7 +243,6 @@ def _one_query_cases(g: torch.Generator) -> list[Case]:
 
 
 def buggy_normalised_tiles(query, keys, values, tile_size):
-    # FlashAttention's first algorithm (Dao et al., 2022) keeps the output normalised after every tile:
     # `output` is the context vector of the keys seen so far, already divided by their running sum.
     scale = 1 / math.sqrt(keys.shape[-1])
     running_max, running_sum = torch.tensor(float("-inf")), torch.tensor(0.0)

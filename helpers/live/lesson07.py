@@ -252,14 +252,24 @@ def _slope_triangle(ax, x0: float, y0: float, slope: int, text: str) -> None:
     ax.text(x1 * 1.06, (y0 * y1) ** 0.5, text, color="gray", va="center", fontsize=9)
 
 
-def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
-    """Time per call and peak memory of each path against T, on log-log axes, with slope triangles."""
-    fig = new_figure(10.5, 4, ncols=2)
-    time_ax, memory_ax = list(fig.axes)
-    for name, marker in (("explicit", "o"), ("SDPA", "s"), ("tiled", "^")):
-        time_ax.loglog(sizes, time_ms[name], marker=marker, label=name)
-        memory_ax.loglog(sizes, peak_mib[name], marker=marker, label=name)
-    for ax, measured, slopes in ((time_ax, time_ms, (2, 1)), (memory_ax, peak_mib, (2, 1))):
+def memory_plot(sizes, peak_mib: dict):
+    """Peak memory of each path (``peak_mib``: name -> one value per size) against T, log-log, with slope triangles."""
+    if not isinstance(peak_mib, dict):
+        raise TypeError(f"peak_mib must be a dict of path name -> values, got {type(peak_mib).__name__}")
+    for name in ("explicit", "SDPA", "tiled"):
+        if len(peak_mib.get(name, ())) != len(sizes):
+            raise ValueError(f"peak_mib must map {name!r} to one value per size ({len(sizes)}), got "
+                             f"{len(peak_mib.get(name, ()))}")
+    fig = new_figure(5.4, 4)
+    _draw_panels(sizes, {"memory": (fig.axes[0], peak_mib)})
+    return fig
+
+
+def _draw_panels(sizes, panels: dict) -> None:
+    for kind, (ax, measured) in panels.items():
+        for name, marker in (("explicit", "o"), ("SDPA", "s"), ("tiled", "^")):
+            ax.loglog(sizes, measured[name], marker=marker, label=name)
+        slopes = (2, 1)
         top = max(max(values) for values in measured.values())
         bottom = min(min(values) for values in measured.values())
         ax.set_ylim(bottom / 2, top * 3)
@@ -269,8 +279,17 @@ def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
             y0 /= 5
         ax.set_xlabel("number of tokens T")
         ax.legend(loc="lower right")
-    time_ax.set_ylabel("milliseconds per call")
-    time_ax.set_title("Time per call, this machine (log-log)")
-    memory_ax.set_ylabel("peak MiB of tensors created")
-    memory_ax.set_title("Peak memory, counted on the CPU (log-log)")
+        if kind == "time":
+            ax.set_ylabel("milliseconds per call")
+            ax.set_title("Time per call, this machine (log-log)")
+        else:
+            ax.set_ylabel("peak MiB of tensors created")
+            ax.set_title("Peak memory, counted on the CPU (log-log)")
+
+
+def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
+    """Time per call and peak memory of each path against T, on log-log axes, with slope triangles."""
+    fig = new_figure(10.5, 4, ncols=2)
+    time_ax, memory_ax = list(fig.axes)
+    _draw_panels(sizes, {"time": (time_ax, time_ms), "memory": (memory_ax, peak_mib)})
     return fig

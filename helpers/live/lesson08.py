@@ -53,6 +53,11 @@ def _heatmap(ax: Axes, weights: torch.Tensor, task: FetchTask, token_ids: torch.
                       xlabel=XLABEL, ylabel=YLABEL, title=title, colorbar_label="attention weight $a_{ij}$")
     if not colorbar:  # one colour bar per row of panels is enough: they share the 0..1 scale
         heatmap.colorbar.remove()
+    else:  # mark the uniform weight 1/T: an untrained head's weights sit there, dark on the 0..1 scale
+        uniform, bar = 1 / task.num_tokens, heatmap.colorbar
+        bar.ax.axhline(uniform, color="white", linewidth=1.5)
+        ticks = sorted({float(t) for t in bar.get_ticks() if 0 <= t <= vmax and abs(t - uniform) > 0.06} | {uniform})
+        bar.set_ticks(ticks, labels=[f"1/{task.num_tokens}: uniform" if t == uniform else f"{t:g}" for t in ticks])
     mark_ideal(ax, task)
     return heatmap
 
@@ -107,6 +112,10 @@ def position_scores_figure(position_scores: torch.Tensor, task: FetchTask) -> Co
                           if head == num_heads - 1 else "")
         if head < num_heads - 1:
             heatmap.colorbar.remove()   # one colour bar: the panels share the scale
+        for i, row in enumerate(heatmap.texts):   # each number dark on a light cell, light on a dark one
+            for j, text in enumerate(row):
+                red, green, blue, _ = heatmap.image.cmap(heatmap.image.norm(float(scores[head, i, j])))
+                text.set_color("black" if 0.2126 * red + 0.7152 * green + 0.0722 * blue > 0.5 else "white")
         mark_ideal(ax, task)
     return fig
 
