@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from helpers.bert_heads import (key_weight, knock_out_effects, mean_score, next_token_score, paraphrase_margin,
+from helpers.bert_heads import (weight_on_key, knock_out_effects, mean_score, next_token_score, paraphrase_margin,
                                 pronoun_pairs, read_sentence, word_positions, word_to_word, word_vectors)
 from helpers.pretrained import load_minilm
 
@@ -16,12 +16,12 @@ def model():
     return load_minilm()
 
 
-def test_next_token_and_key_weight_by_hand():
+def test_next_token_and_weight_on_key_by_hand():
     weights = torch.softmax(torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(0)), dim=-1)
     by_hand = torch.stack([weights[..., i, i + 1] for i in range(4)], dim=-1).mean(-1)
     torch.testing.assert_close(next_token_score(weights), by_hand)
-    torch.testing.assert_close(key_weight(weights, 0), weights[..., 1:4, 0].mean(-1))
-    torch.testing.assert_close(key_weight(weights, -1), weights[..., 1:4, 4].mean(-1))
+    torch.testing.assert_close(weight_on_key(weights, 0), weights[..., 1:4, 0].mean(-1))
+    torch.testing.assert_close(weight_on_key(weights, -1), weights[..., 1:4, 4].mean(-1))
 
 
 def test_read_sentence_and_word_lookups(model):

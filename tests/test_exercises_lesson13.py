@@ -6,20 +6,20 @@ from helpers.exercises import lesson13
 
 
 def test_next_token_score_accepts_loops_and_a_masked_diagonal():
-    assert lesson13.next_token_score.check(lesson13._solution_score).passed
+    assert lesson13.batch_next_token_score.check(lesson13._solution_score).passed
 
     def masked(attn_weights, padding_mask):
         real = (~padding_mask).float()
         pairs = real[:, :-1] * real[:, 1:]
         diagonal = torch.diagonal(attn_weights, 1, -2, -1)
         return torch.einsum("bht,bt->h", diagonal, pairs) / pairs.sum()
-    assert lesson13.next_token_score.check(masked).passed
+    assert lesson13.batch_next_token_score.check(masked).passed
 
 
 def test_next_token_score_names_padding_previous_and_mean_of_means():
     for mistake, words in ((lesson13._with_padding, "padded positions"), (lesson13._previous, "PREVIOUS"),
                            (lesson13._mean_of_means, "short sentence")):
-        feedback = lesson13.next_token_score.check(mistake)
+        feedback = lesson13.batch_next_token_score.check(mistake)
         assert feedback.status == "wrong" and words in feedback.message
 
 
