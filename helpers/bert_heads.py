@@ -89,19 +89,19 @@ def pronoun_pairs(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer,
 
 @torch.no_grad()
 def pronoun_vectors(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer,
-                    pairs: Sequence[tuple[str, str, tuple[str, str], tuple[str, str]]], layer: int = -1) -> torch.Tensor:
-    """The model-level control of :func:`pronoun_pairs`: ``(2 * len(pairs),)`` of 0/1, 1 where the pronoun's vector
-    after ``layer`` (``-1``: the last; ``0``: the embeddings) is closer, by cosine, to the right noun's vector than
-    to the wrong one's (each word's first piece). Rows in :func:`pronoun_pairs`' order."""
-    rows = []
+                    pairs: Sequence[tuple[str, str, tuple[str, str], tuple[str, str]]]) -> torch.Tensor:
+    """The model-level control of :func:`pronoun_pairs`: ``(L + 1, 2 * len(pairs))`` of 0/1, 1 where the pronoun's
+    vector (row 0: after the embeddings, row ``n``: after layer ``n``) is closer, by cosine, to the right noun's
+    vector than to the wrong one's (each word's first piece). Columns in :func:`pronoun_pairs`' row order."""
+    columns = []
     for template, pronoun, (noun_a, noun_b), words in pairs:
         for right, wrong, word in ((noun_a, noun_b, words[0]), (noun_b, noun_a, words[1])):
             reading = read_sentence(encoder, tokenizer, template.format(word))
-            vector = {w: reading.hidden[layer, word_positions(tokenizer, reading.tokens, w)[0]]
+            vector = {w: reading.hidden[:, word_positions(tokenizer, reading.tokens, w)[0]]  # (L + 1, d_model)
                       for w in (pronoun, right, wrong)}
-            cosine = {w: torch.cosine_similarity(vector[pronoun], vector[w], dim=0) for w in (right, wrong)}
-            rows.append(float(cosine[right] > cosine[wrong]))
-    return torch.tensor(rows)
+            cosine = {w: torch.cosine_similarity(vector[pronoun], vector[w], dim=-1) for w in (right, wrong)}
+            columns.append((cosine[right] > cosine[wrong]).float())
+    return torch.stack(columns, dim=1)
 
 
 def word_vectors(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer, sentences: Sequence[str],

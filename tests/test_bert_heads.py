@@ -72,3 +72,18 @@ def test_importing_the_model_code_does_not_import_safetensors():
     code = "import helpers, helpers.pretrained, helpers.bert_heads, sys; print('safetensors' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_pronoun_vectors_by_hand(model):
+    from helpers.bert_heads import pronoun_vectors
+    encoder, tokenizer = model
+    pairs = [("The trophy doesn't fit in the suitcase because it is too {}.", "it", ("trophy", "suitcase"),
+              ("big", "small"))]
+    closer = pronoun_vectors(encoder, tokenizer, pairs)
+    assert closer.shape == (7, 2) and set(closer.unique().tolist()) <= {0.0, 1.0}
+    small = read_sentence(encoder, tokenizer, pairs[0][0].format("small"))  # "it" means the suitcase
+    at = {w: small.tokens.index(w) for w in ("it", "trophy", "suitcase")}
+    for layer in (0, 6):
+        cos = {w: torch.cosine_similarity(small.hidden[layer, at["it"]], small.hidden[layer, at[w]], dim=0)
+               for w in ("trophy", "suitcase")}
+        assert closer[layer, 1] == float(cos["suitcase"] > cos["trophy"])
