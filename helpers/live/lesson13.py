@@ -124,7 +124,7 @@ def pronoun_rows(encoder: MiniLMEncoder, tokenizer, template: str, pronoun: str,
     for ax, (layer, head) in zip(axes, heads):
         for k, (reading, word, color) in enumerate(zip(readings, words, ("tab:blue", "tab:orange"))):
             row = reading.attn_weights[layer, head, word_positions(tokenizer, reading.tokens, pronoun)[0]]
-            ax.bar(torch.arange(num_tokens) + (k - 0.5) * 0.4, row, width=0.4, color=color,
+            ax.bar([i + (k - 0.5) * 0.4 for i in range(num_tokens)], row.tolist(), width=0.4, color=color,
                    label=f"with '{word}'")
         ax.set_xticks(range(num_tokens), labels=labels, rotation=90, fontsize=8)
         ax.set(title=f"L{layer}H{head}: where '{pronoun}' looks", ylim=(0, 1))
