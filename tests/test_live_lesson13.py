@@ -28,7 +28,7 @@ def test_sentence_explorer_follows_text_layer_and_head(model):
         np.testing.assert_allclose(shown[:n, :n], reading.attn_weights[values["layer"], values["head"]].numpy(),
                                    rtol=1e-6)
         assert [t.get_text() for t in main.get_xticklabels()][:n] == reading.tokens
-        assert f"layer {values['layer']}, head {values['head']}" in main.get_title()
+        assert f"L{values['layer']}H{values['head']}:" in main.get_title()
         pictures.add(bytes(view.image.value))
     assert len(pictures) == 4, "every control must change the picture"
     thumbs = [ax for ax in view.fig.axes[1:] if ax.images and not ax.get_label() == "<colorbar>"]

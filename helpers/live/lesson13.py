@@ -84,7 +84,7 @@ def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int =
         shown[:num_tokens, :num_tokens] = weights[layer, head]
         labels = tokens + [""] * (max_tokens - num_tokens)
         size = 9 if num_tokens <= 16 else 7.5 if num_tokens <= 24 else 6.5
-        main.update(shown, title=f"layer {layer}, head {head}: where each token looks"
+        main.update(shown, title=f"L{layer}H{head}: where each token looks"
                                  + (f"\n(only the first {max_tokens} tokens are shown)" if cut else ""))
         main_ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="right", va="center", fontsize=size,
                            rotation_mode="anchor")
