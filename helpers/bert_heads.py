@@ -17,8 +17,8 @@ from .induction import previous_token_score
 from .pretrained import MiniLMEncoder, knocked_out_heads, mean_pool
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["Reading", "read_sentence", "next_token_score", "key_weight", "mean_score", "word_positions",
-           "word_to_word", "pronoun_pairs", "word_vectors", "paraphrase_margin", "knock_out_effects"]
+__all__ = ["Reading", "read_sentence", "next_token_score", "weight_on_key", "mean_score", "word_positions",
+           "word_to_word", "pronoun_pairs", "pronoun_vectors", "word_vectors", "paraphrase_margin", "knock_out_effects"]
 
 
 class Reading(NamedTuple):
@@ -43,7 +43,7 @@ def next_token_score(attn_weights: torch.Tensor) -> torch.Tensor:
     return previous_token_score(attn_weights.transpose(-2, -1))  # a[i, i+1] is entry [i+1, i] of the transpose
 
 
-def key_weight(attn_weights: torch.Tensor, key: int) -> torch.Tensor:
+def weight_on_key(attn_weights: torch.Tensor, key: int) -> torch.Tensor:
     """Mean weight the word tokens (queries 1 .. T-2) put on key ``key`` (0: ``[CLS]``, -1: ``[SEP]``)."""
     return attn_weights[..., 1:-1, key].mean(dim=-1)
 
@@ -85,6 +85,23 @@ def pronoun_pairs(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer,
             rows.append((word_to_word(tokenizer, reading, pronoun, right)
                          > word_to_word(tokenizer, reading, pronoun, wrong)).float())
     return torch.stack(rows)
+
+
+@torch.no_grad()
+def pronoun_vectors(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer,
+                    pairs: Sequence[tuple[str, str, tuple[str, str], tuple[str, str]]]) -> torch.Tensor:
+    """The model-level control of :func:`pronoun_pairs`: ``(L + 1, 2 * len(pairs))`` of 0/1, 1 where the pronoun's
+    vector (row 0: after the embeddings, row ``n``: after layer ``n``) is closer, by cosine, to the right noun's
+    vector than to the wrong one's (each word's first piece). Columns in :func:`pronoun_pairs`' row order."""
+    columns = []
+    for template, pronoun, (noun_a, noun_b), words in pairs:
+        for right, wrong, word in ((noun_a, noun_b, words[0]), (noun_b, noun_a, words[1])):
+            reading = read_sentence(encoder, tokenizer, template.format(word))
+            vector = {w: reading.hidden[:, word_positions(tokenizer, reading.tokens, w)[0]]  # (L + 1, d_model)
+                      for w in (pronoun, right, wrong)}
+            cosine = {w: torch.cosine_similarity(vector[pronoun], vector[w], dim=-1) for w in (right, wrong)}
+            columns.append((cosine[right] > cosine[wrong]).float())
+    return torch.stack(columns, dim=1)
 
 
 def word_vectors(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer, sentences: Sequence[str],

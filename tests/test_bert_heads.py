@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from helpers.bert_heads import (key_weight, knock_out_effects, mean_score, next_token_score, paraphrase_margin,
+from helpers.bert_heads import (weight_on_key, knock_out_effects, mean_score, next_token_score, paraphrase_margin,
                                 pronoun_pairs, read_sentence, word_positions, word_to_word, word_vectors)
 from helpers.pretrained import load_minilm
 
@@ -16,12 +16,12 @@ def model():
     return load_minilm()
 
 
-def test_next_token_and_key_weight_by_hand():
+def test_next_token_and_weight_on_key_by_hand():
     weights = torch.softmax(torch.randn(2, 3, 5, 5, generator=torch.Generator().manual_seed(0)), dim=-1)
     by_hand = torch.stack([weights[..., i, i + 1] for i in range(4)], dim=-1).mean(-1)
     torch.testing.assert_close(next_token_score(weights), by_hand)
-    torch.testing.assert_close(key_weight(weights, 0), weights[..., 1:4, 0].mean(-1))
-    torch.testing.assert_close(key_weight(weights, -1), weights[..., 1:4, 4].mean(-1))
+    torch.testing.assert_close(weight_on_key(weights, 0), weights[..., 1:4, 0].mean(-1))
+    torch.testing.assert_close(weight_on_key(weights, -1), weights[..., 1:4, 4].mean(-1))
 
 
 def test_read_sentence_and_word_lookups(model):
@@ -72,3 +72,18 @@ def test_importing_the_model_code_does_not_import_safetensors():
     code = "import helpers, helpers.pretrained, helpers.bert_heads, sys; print('safetensors' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_pronoun_vectors_by_hand(model):
+    from helpers.bert_heads import pronoun_vectors
+    encoder, tokenizer = model
+    pairs = [("The trophy doesn't fit in the suitcase because it is too {}.", "it", ("trophy", "suitcase"),
+              ("big", "small"))]
+    closer = pronoun_vectors(encoder, tokenizer, pairs)
+    assert closer.shape == (7, 2) and set(closer.unique().tolist()) <= {0.0, 1.0}
+    small = read_sentence(encoder, tokenizer, pairs[0][0].format("small"))  # "it" means the suitcase
+    at = {w: small.tokens.index(w) for w in ("it", "trophy", "suitcase")}
+    for layer in (0, 6):
+        cos = {w: torch.cosine_similarity(small.hidden[layer, at["it"]], small.hidden[layer, at[w]], dim=0)
+               for w in ("trophy", "suitcase")}
+        assert closer[layer, 1] == float(cos["suitcase"] > cos["trophy"])

@@ -6,20 +6,20 @@ from helpers.exercises import lesson13
 
 
 def test_next_token_score_accepts_loops_and_a_masked_diagonal():
-    assert lesson13.next_token_score.check(lesson13._solution_score).passed
+    assert lesson13.batch_next_token_score.check(lesson13._solution_score).passed
 
     def masked(attn_weights, padding_mask):
         real = (~padding_mask).float()
         pairs = real[:, :-1] * real[:, 1:]
         diagonal = torch.diagonal(attn_weights, 1, -2, -1)
         return torch.einsum("bht,bt->h", diagonal, pairs) / pairs.sum()
-    assert lesson13.next_token_score.check(masked).passed
+    assert lesson13.batch_next_token_score.check(masked).passed
 
 
 def test_next_token_score_names_padding_previous_and_mean_of_means():
     for mistake, words in ((lesson13._with_padding, "padded positions"), (lesson13._previous, "PREVIOUS"),
                            (lesson13._mean_of_means, "short sentence")):
-        feedback = lesson13.next_token_score.check(mistake)
+        feedback = lesson13.batch_next_token_score.check(mistake)
         assert feedback.status == "wrong" and words in feedback.message
 
 
@@ -55,3 +55,16 @@ def test_head_weights_reference_is_the_real_models_attention():
         got = lesson13._reference_head_weights(out.hidden_states[1], attention.W_query.weight, attention.W_query.bias,
                                                attention.W_key.weight, attention.W_key.bias, 12)
     torch.testing.assert_close(got, out.attn_weights[1], atol=1e-6, rtol=1e-5)
+
+
+def test_head_weights_buggy_code_needs_only_torch_and_does_not_name_the_fix():
+    import inspect
+    source = inspect.getsource(lesson13.buggy_head_weights)
+    namespace = {"torch": torch}
+    exec(source, namespace)  # a learner's copy runs where only torch is imported
+    x = torch.randn(1, 3, 4)
+    assert namespace["buggy_head_weights"](x, torch.eye(4), torch.zeros(4), torch.eye(4), torch.zeros(4), 2).shape == (
+        1, 2, 3, 3)
+    assert "nn.Linear" not in source and ".T" not in source
+    assert "query weight" not in lesson13.head_weights.title.lower()
+    assert not any("weight.T" in hint or "x @ weight" in hint for hint in lesson13.head_weights._hints)

@@ -28,7 +28,7 @@ def test_sentence_explorer_follows_text_layer_and_head(model):
         np.testing.assert_allclose(shown[:n, :n], reading.attn_weights[values["layer"], values["head"]].numpy(),
                                    rtol=1e-6)
         assert [t.get_text() for t in main.get_xticklabels()][:n] == reading.tokens
-        assert f"layer {values['layer']}, head {values['head']}" in main.get_title()
+        assert f"L{values['layer']}H{values['head']}:" in main.get_title()
         pictures.add(bytes(view.image.value))
     assert len(pictures) == 4, "every control must change the picture"
     thumbs = [ax for ax in view.fig.axes[1:] if ax.images and not ax.get_label() == "<colorbar>"]
@@ -48,3 +48,28 @@ def test_score_grid_shows_the_scores():
     fig = score_grid(scores, marked={"a": (0, 2)})
     np.testing.assert_allclose(np.asarray(fig.axes[0].images[0].get_array()), scores["a"].numpy())
     assert len(fig.axes[0].patches) == 1
+
+
+def test_pronoun_rows_draws_the_pronouns_row_of_each_head_for_both_words(model):
+    from helpers.live.lesson13 import pronoun_rows
+    encoder, tokenizer = model
+    template = "The animal didn't cross the street because it was too {}."
+    fig = pronoun_rows(encoder, tokenizer, template, "it", ("tired", "wide"), [(3, 1), (5, 11)])
+    axes = [ax for ax in fig.axes if ax.patches]
+    assert [ax.get_title() for ax in axes] == ["L3H1: where 'it' looks", "L5H11: where 'it' looks"]
+    for ax, (layer, head) in zip(axes, [(3, 1), (5, 11)]):
+        for k, word in enumerate(("tired", "wide")):
+            reading = read_sentence(encoder, tokenizer, template.format(word))
+            it = reading.tokens.index("it")
+            n = len(reading.tokens)
+            heights = [bar.get_height() for bar in ax.patches[k * n:(k + 1) * n]]
+            np.testing.assert_allclose(heights, reading.attn_weights[layer, head, it].numpy(), rtol=1e-6)
+    assert "tired/wide" in [t.get_text() for t in axes[0].get_xticklabels()]
+    with pytest.raises(ValueError, match="same length"):
+        pronoun_rows(encoder, tokenizer, template, "it", ("tired", "unbelievably tired"), [(0, 0)])
+
+
+def test_sentence_explorer_says_the_thumbnails_share_one_scale(model):
+    encoder, tokenizer = model
+    view = sentence_explorer(encoder, tokenizer, "The cat sat.")
+    assert "same 0-1 colour scale" in view.fig._suptitle.get_text()

@@ -156,3 +156,17 @@ def test_multihead_attention_non_causal_with_padding_matches_pytorch():
         mha(x, padding_mask=padding.float())
     with pytest.raises(TypeError, match="causal"):
         MultiHeadAttention(8, 8, 10, 0.0, 2, causal=1)
+
+
+def test_pipeline_files_and_reference_versions():
+    import json
+
+    from helpers.pretrained import REVISION, reference_versions
+    files = model_files()
+    assert [m["type"].rpartition(".")[2] for m in json.loads(files["modules.json"].read_text())] == [
+        "Transformer", "Pooling", "Normalize"]
+    pooling = json.loads(files["1_Pooling/config.json"].read_text())
+    assert pooling["pooling_mode_mean_tokens"] and not pooling["pooling_mode_cls_token"]
+    versions = reference_versions()
+    assert set(versions) == {"transformers", "torch"} and all(versions.values())
+    assert len(REVISION) == 40 and int(REVISION, 16) >= 0

@@ -1,7 +1,7 @@
 """Exercises for notebook 13: a real pretrained model (all-MiniLM-L6-v2) run by the course's modules.
 
 1. a next-token score of every head over a padded batch of sentences (padding left out);
-2. spot the bug: a head's weights computed from a checkpoint's ``query.weight`` without the transpose.
+2. spot the bug: a head's weights computed from a checkpoint's projection weights without the transpose.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["next_token_score", "head_weights"]
+__all__ = ["batch_next_token_score", "head_weights"]
 
 
 def _batch_weights(g: torch.Generator, lengths: list[int], num_heads: int, scale: float = 1.0):
@@ -71,9 +71,9 @@ def _mean_of_means(attn_weights, padding_mask):          # each sentence's mean,
     return ((on_next * counted[:, None]).sum(-1) / counted.sum(-1)[:, None]).mean(0)
 
 
-next_token_score = FunctionExercise(
+batch_next_token_score = FunctionExercise(
     "A next-token score over a padded batch",
-    "write next_token_score(attn_weights, padding_mask): attn_weights (B, H, T, T) are one layer's weights on a "
+    "write batch_next_token_score(attn_weights, padding_mask): attn_weights (B, H, T, T) are one layer's weights on a "
     "padded batch of B sentences (rows = queries i, columns = keys j), padding_mask (B, T) is True at padding "
     "(padding comes after a sentence's real tokens). Return, for each head, the mean of a[i, i+1] over every "
     "query i of every sentence for which both i and i + 1 are real tokens (all such queries of the batch in one "
@@ -91,7 +91,7 @@ next_token_score = FunctionExercise(
         Mistake(_mean_of_means, "you average each sentence first and then the sentences: a short sentence then "
                                 "weighs as much as a long one. Put every counted query of the batch in one mean."),
     ],
-    name="lesson13.next_token_score",
+    name="lesson13.batch_next_token_score",
 )
 
 
@@ -118,14 +118,14 @@ def _reference_head_weights(x, query_weight, query_bias, key_weight, key_bias, n
 
 
 def buggy_head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-    # query_weight, key_weight: (d_model, d_model) tensors read from a checkpoint (as nn.Linear stores them)
+    # query_weight, key_weight: (d_model, d_model); biases: (d_model,), read from the checkpoint
     batch_size, num_tokens, d_model = x.shape
     head_dim = d_model // num_heads
     queries = x @ query_weight + query_bias                                 # (B, T, d_model)
     keys = x @ key_weight + key_bias
     queries = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)   # (B, H, T, D)
     keys = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = queries @ keys.transpose(-2, -1) / math.sqrt(head_dim)   # (B, H, T, T)
+    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5       # (B, H, T, T)
     return torch.softmax(attn_scores, dim=-1)
 
 
@@ -136,7 +136,7 @@ def _solution_head_weights(x, query_weight, query_bias, key_weight, key_bias, nu
     keys = x @ key_weight.T + key_bias
     queries = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
     keys = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    return torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(head_dim), dim=-1)
+    return torch.softmax(queries @ keys.transpose(-2, -1) / head_dim ** 0.5, dim=-1)
 
 
 def _one_transposed(x, query_weight, query_bias, key_weight, key_bias, num_heads):
@@ -144,7 +144,7 @@ def _one_transposed(x, query_weight, query_bias, key_weight, key_bias, num_heads
 
 
 head_weights = SpotTheBug(
-    "Spot the bug: loading a checkpoint's query weight",
+    "Spot the bug: loading a checkpoint's projection weights",
     "head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads) should return the attention "
     "weights (B, H, T, T) of every head (no mask) for x (B, T, d_model), where query_weight and key_weight "
     "(d_model, d_model) and the biases (d_model,) were read from a checkpoint that stores nn.Linear layers "
@@ -152,9 +152,10 @@ head_weights = SpotTheBug(
     "yet they are not the model's. Find the bug and fix it.",
     reference=_reference_head_weights,
     cases=_weights_cases,
-    hint=["The weight is square, so a shape check cannot catch this. What does nn.Linear compute from its "
-          "weight: x @ weight, or something else?",
-          "Compare with torch.nn.functional.linear(x, query_weight, query_bias) on one small example."],
+    hint=["Both weights are square, so a shape check cannot catch this. Load layer 0's tensors from the real "
+          "model (encoder.blocks[0].attention.W_query.weight, .bias, and W_key's) and compare your queries with "
+          "encoder.blocks[0].attention.W_query(x) on a small x.",
+          "Where the two differ, ask how an nn.Linear layer turns its stored weight into an output."],
     solution=_solution_head_weights,
     buggy=buggy_head_weights,
     bug_message="x @ query_weight multiplies by the weight as stored, but nn.Linear stores (out_features, "

@@ -10,12 +10,12 @@ import ipywidgets as widgets
 from matplotlib.patches import Rectangle
 import torch
 
-from ..bert_heads import read_sentence
+from ..bert_heads import read_sentence, word_positions
 from ..plotting import CourseFigure, Heatmap
 from ..pretrained import MiniLMEncoder
 from ..widgets import LiveFigure, choice, int_slider
 
-__all__ = ["sentence_explorer", "score_grid"]
+__all__ = ["sentence_explorer", "score_grid", "pronoun_rows"]
 
 
 def score_grid(scores: dict[str, torch.Tensor], marked: dict[str, tuple[int, int]] | None = None) -> CourseFigure:
@@ -84,7 +84,7 @@ def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int =
         shown[:num_tokens, :num_tokens] = weights[layer, head]
         labels = tokens + [""] * (max_tokens - num_tokens)
         size = 9 if num_tokens <= 16 else 7.5 if num_tokens <= 24 else 6.5
-        main.update(shown, title=f"layer {layer}, head {head}: where each token looks"
+        main.update(shown, title=f"L{layer}H{head}: where each token looks"
                                  + (f"\n(only the first {max_tokens} tokens are shown)" if cut else ""))
         main_ax.set_xticks(range(max_tokens), labels=labels, rotation=90, ha="right", va="center", fontsize=size,
                            rotation_mode="anchor")
@@ -101,8 +101,34 @@ def sentence_explorer(encoder: MiniLMEncoder, tokenizer, text: str, layer: int =
                     spine.set_edgecolor("red" if chosen else "black")
                     spine.set_linewidth(2.5 if chosen else 0.5)
         fig.suptitle(f"{num_tokens} tokens · right: all {num_layers * num_heads} heads (rows: layers 0-"
-                     f"{num_layers - 1}, columns: heads 0-{num_heads - 1})", fontsize=10)
+                     f"{num_layers - 1}, columns: heads 0-{num_heads - 1}; same 0-1 colour scale)", fontsize=10)
 
     controls = {"text": box, "layer": choice("layer", list(range(num_layers)), layer),
                 "head": int_slider("head", head, 0, num_heads - 1)}
     return LiveFigure(fig, redraw, controls)
+
+
+def pronoun_rows(encoder: MiniLMEncoder, tokenizer, template: str, pronoun: str, words: tuple[str, str],
+                 heads: list[tuple[int, int]]) -> CourseFigure:
+    """One panel per ``(layer, head)``: the weights of ``pronoun``'s row over every token, as bars, for
+    ``template.format(words[0])`` and ``template.format(words[1])`` side by side (the two sentences must have the
+    same number of tokens; the tick of the token that differs names both words)."""
+    readings = [read_sentence(encoder, tokenizer, template.format(word)) for word in words]
+    if len(readings[0].tokens) != len(readings[1].tokens):
+        raise ValueError(f"words must give sentences of the same length in tokens, got {readings[0].tokens} and "
+                         f"{readings[1].tokens}")
+    labels = [a if a == b else f"{a}/{b}" for a, b in zip(readings[0].tokens, readings[1].tokens)]
+    num_tokens = len(labels)
+    fig = CourseFigure(figsize=(4.6 * len(heads) + 0.4, 3.4), layout="constrained")
+    axes = fig.subplots(1, len(heads), squeeze=False, sharey=True)[0]
+    for ax, (layer, head) in zip(axes, heads):
+        for k, (reading, word, color) in enumerate(zip(readings, words, ("tab:blue", "tab:orange"))):
+            row = reading.attn_weights[layer, head, word_positions(tokenizer, reading.tokens, pronoun)[0]]
+            ax.bar([i + (k - 0.5) * 0.4 for i in range(num_tokens)], row.tolist(), width=0.4, color=color,
+                   label=f"with '{word}'")
+        ax.set_xticks(range(num_tokens), labels=labels, rotation=90, fontsize=8)
+        ax.set(title=f"L{layer}H{head}: where '{pronoun}' looks", ylim=(0, 1))
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].set_ylabel(f"attention weight of '{pronoun}'")
+    axes[-1].legend(fontsize=8, loc="upper left")
+    return fig
