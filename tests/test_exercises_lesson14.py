@@ -13,12 +13,17 @@ from helpers.recurrent import elu_feature_map, linear_attention
 def _kinds(config):
     if "layer_types" in config:
         return config["layer_types"]
+    if "kv_lora_rank" in config:
+        return ["full_attention"] * config["num_hidden_layers"]
     n, every = config["num_hidden_layers"], config["full_attention_interval"]
     return ["full_attention" if (i + 1) % every == 0 else "linear_attention" for i in range(n)]
 
 
 def test_config_cache_bytes_accepts_other_right_forms():
     def by_counting_layers(config, num_tokens, batch_size, bytes_per_number):
+        if "kv_lora_rank" in config:                          # MLA: one latent and one rotary key a token
+            width = config["kv_lora_rank"] + config["qk_rope_head_dim"]
+            return config["num_hidden_layers"] * width * num_tokens * batch_size * bytes_per_number
         kinds = _kinds(config)
         sliding, full = kinds.count("sliding_attention"), kinds.count("full_attention")
         window = config.get("sliding_window") or num_tokens
@@ -26,6 +31,9 @@ def test_config_cache_bytes_accepts_other_right_forms():
         return int(2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_number * tokens * batch_size)
 
     def with_torch(config, num_tokens, batch_size, bytes_per_number):
+        if config.get("kv_lora_rank"):
+            cache = torch.zeros(batch_size, num_tokens, config["kv_lora_rank"] + config["qk_rope_head_dim"])
+            return config["num_hidden_layers"] * cache.numel() * bytes_per_number
         if "full_attention_interval" in config:               # count the attention layers: one per interval
             keep = torch.full((config["num_hidden_layers"] // config["full_attention_interval"],), num_tokens)
         else:
@@ -39,6 +47,8 @@ def test_config_cache_bytes_accepts_other_right_forms():
 
 def _plain(config, num_tokens, batch_size, bytes_per_number, head_dim=None, every_layer=False, window=True,
            full_window=False, bytes_override=None, from_zero=False):
+    if "kv_lora_rank" in config:                                      # right on MLA: these mistakes are elsewhere
+        return lesson14._solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
     kinds = _kinds(config)
     if from_zero and "full_attention_interval" in config:
         every = config["full_attention_interval"]
@@ -73,11 +83,32 @@ def test_config_cache_bytes_names_each_mistake():
         assert feedback.status == "wrong" and phrase in feedback.message, (phrase, feedback.message)
 
 
+def test_config_cache_bytes_names_each_latent_mistake():
+    def latent(per_token):
+        def answer(config, num_tokens, batch_size, bytes_per_number):
+            if "kv_lora_rank" not in config:
+                return lesson14._solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
+            return config["num_hidden_layers"] * per_token(config) * num_tokens * batch_size * bytes_per_number
+        return answer
+    cases = {
+        "per-head keys and values": lambda c: 2 * c["num_key_value_heads"] * c["hidden_size"] // c["num_attention_heads"],
+        "twice": lambda c: 2 * (c["kv_lora_rank"] + c["qk_rope_head_dim"]),
+        "left out the rotary key": lambda c: c["kv_lora_rank"],
+    }
+    for phrase, per_token in cases.items():
+        feedback = lesson14.config_cache_bytes.check(latent(per_token))
+        assert feedback.status == "wrong" and phrase in feedback.message and "MLA" in feedback.message, phrase
+
+
 def test_config_cache_bytes_accepts_a_float_and_rejects_the_course_function():
     def as_float(config, num_tokens, batch_size, bytes_per_number):
         return float(lesson14._solution_config_bytes(config, num_tokens, batch_size, bytes_per_number))
 
     def via_course(config, num_tokens, batch_size, bytes_per_number):
+        if "kv_lora_rank" in config:
+            return kv_cache_bytes(config["num_hidden_layers"], num_tokens=num_tokens, bytes_per_value=bytes_per_number,
+                                  batch_size=batch_size, latent_dim=config["kv_lora_rank"],
+                                  rope_dim=config["qk_rope_head_dim"])
         kinds = [k for k in _kinds(config) if k != "linear_attention"]
         sliding = [i for i, kind in enumerate(kinds) if kind == "sliding_attention"]
         return kv_cache_bytes(len(kinds), config["num_key_value_heads"], config["head_dim"], num_tokens,
@@ -100,6 +131,10 @@ def test_config_cache_bytes_states_its_rules_and_uses_the_published_fields():
     assert qwen["hidden_size"] // qwen["num_attention_heads"] == 128 != qwen["head_dim"]
     # 12 attention layers of 2 key/value heads of 256: 12 * 2 * 2 * 256 * 2 bytes = 24 KiB a token
     assert lesson14._reference_config_bytes(qwen, 1, 1, 2) == 24 * 1024
+    # DeepSeek-V2: 60 MLA layers of 512 + 64 numbers, 2 bytes each: 69,120 bytes (67.5 KiB) a token
+    v2 = lesson14.DEEPSEEK_V2
+    assert "head_dim" not in v2 and "kv_lora_rank" in task
+    assert lesson14._reference_config_bytes(v2, 1, 1, 2) == 60 * 576 * 2 == 69120
 
 
 # --- exercise 2: linear attention one token at a time -----------------------------------------------------------------------------------

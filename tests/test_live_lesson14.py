@@ -28,11 +28,13 @@ def test_every_control_changes_the_picture_and_the_numbers_follow():
     widths = [line.get_xdata()[0] for line in bars_ax.lines]
     expected = [kv_cache_bytes(**spec, num_tokens=16384, batch_size=8, dtype=DTYPES["fp32"]) / 2**30
                 for spec in MODELS.values()]
-    assert np.allclose(widths, expected)
+    assert curve_ax.lines[1].get_linestyle() == "--"                # a window: dashed
+    assert math.isnan(widths[0])                                   # A cannot read 16,384 tokens: no dot
+    assert np.allclose(widths[1:], expected[1:])
     colours = [line.get_color() for line in curve_ax.lines[:3]]
     assert [line.get_color() for line in bars_ax.lines] == colours          # one colour per model in both panels
     assert [line.get_markeredgecolor() for line in bars_ax.lines] == [colours[0], "black", colours[2]]
-    assert bars_ax.lines[0].get_markerfacecolor() == "none"                 # A cannot read 16,384 tokens: hollow
+    assert bars_ax.texts[0].get_text().startswith("–")                     # only a dash for A
     a_line = curve_ax.lines[0].get_ydata()
     assert math.isnan(a_line[-1])                                  # past model A's 8,192-token context: no curve
     assert "past its 8,192-token context" not in curve_ax.get_title()

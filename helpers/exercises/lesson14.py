@@ -2,7 +2,8 @@
 
 1. a real configuration's cache size from its config.json fields: a head_dim that is not d_model / H, a pattern
    of sliding-window layers, and a hybrid whose linear-attention layers keep no cache (Qwen3-Next's
-   full_attention_interval, a field the lesson never used);
+   full_attention_interval, a field the lesson never used), and multi-head latent attention (DeepSeek-V2's
+   kv_lora_rank and qk_rope_head_dim);
 2. spot the bug: linear attention one token at a time.
 """
 
@@ -28,11 +29,24 @@ GEMMA_2_9B = {"hidden_size": 3584, "num_attention_heads": 16, "num_key_value_hea
 QWEN3_NEXT_80B = {"hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
                   "num_hidden_layers": 48, "full_attention_interval": 4}
 
+# DeepSeek-V2 under its config.json's field names, with the sizes of its paper (Liu et al. 2024, section 3.1.2: 60
+# layers, hidden size 5120, 128 heads, d_c = 512, d_R = 64; reference 1 of the notebook). Every layer is MLA: it
+# caches the latent c_j (kv_lora_rank numbers) and the shared rotary key k^R_j (qk_rope_head_dim numbers) a token.
+# The file has no head_dim: a per-head count would have to derive one.
+DEEPSEEK_V2 = {"hidden_size": 5120, "num_attention_heads": 128, "num_key_value_heads": 128, "num_hidden_layers": 60,
+               "kv_lora_rank": 512, "qk_rope_head_dim": 64, "qk_nope_head_dim": 128, "v_head_dim": 128}
+
+
+def _is_latent(config) -> bool:
+    return "kv_lora_rank" in config
+
 
 def _attention_layers(config) -> list[str]:
     """The kind of every layer: 'sliding_attention', 'full_attention' or 'linear_attention'."""
     if "layer_types" in config:
         return list(config["layer_types"])
+    if "full_attention_interval" not in config:            # MLA: every layer attends to every token
+        return ["full_attention"] * config["num_hidden_layers"]
     interval = config["full_attention_interval"]
     return ["full_attention" if (i + 1) % interval == 0 else "linear_attention"
             for i in range(config["num_hidden_layers"])]
@@ -45,16 +59,25 @@ def _config_cases(g: torch.Generator) -> list[Case]:
                    "layer_types": ["full_attention" if (i + 1) % 6 == 0 else "sliding_attention" for i in range(7)]}
     small_hybrid = {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3, "head_dim": 32,
                     "num_hidden_layers": 7, "full_attention_interval": 3}           # attention on layers 2 and 5
+    small_latent = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "num_hidden_layers": 3,
+                    "kv_lora_rank": 24, "qk_rope_head_dim": 8, "qk_nope_head_dim": 16, "v_head_dim": 16}
     return [Case("Gemma 2 9B, 8,192 tokens, batch 1, 2 bytes a number", (GEMMA_2_9B, 8192, 1, 2)),
             Case("Gemma 2 9B, 1,000 tokens (shorter than the window), batch 4, 2 bytes", (GEMMA_2_9B, 1000, 4, 2)),
             Case("Qwen3-Next-80B-A3B, 32,768 tokens, batch 2, 2 bytes", (QWEN3_NEXT_80B, 32768, 2, 2)),
             Case("a made-up model with five sliding layers to one global, 3,000 tokens, batch 3, 4 bytes (fp32)",
                  (five_to_one, 3000, 3, 4)),
             Case("a made-up hybrid of 7 layers with full_attention_interval 3, 100 tokens, batch 1, 1 byte (fp8)",
-                 (small_hybrid, 100, 1, 1))]
+                 (small_hybrid, 100, 1, 1)),
+            Case("DeepSeek-V2 (MLA), 4,096 tokens, batch 2, 2 bytes", (DEEPSEEK_V2, 4096, 2, 2)),
+            Case("a made-up MLA model of 3 layers, kv_lora_rank 24, qk_rope_head_dim 8, 50 tokens, batch 3, 4 bytes",
+                 (small_latent, 50, 3, 4))]
 
 
 def _reference_config_bytes(config, num_tokens, batch_size, bytes_per_number):
+    if _is_latent(config):
+        return kv_cache_bytes(config["num_hidden_layers"], num_tokens=num_tokens, bytes_per_value=bytes_per_number,
+                              batch_size=batch_size, latent_dim=config["kv_lora_rank"],
+                              rope_dim=config["qk_rope_head_dim"])
     kinds = _attention_layers(config)
     cached = [kind for kind in kinds if kind != "linear_attention"]       # linear layers keep a state, no cache
     windowed = [i for i, kind in enumerate(cached) if kind == "sliding_attention"]
@@ -64,6 +87,9 @@ def _reference_config_bytes(config, num_tokens, batch_size, bytes_per_number):
 
 
 def _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number):
+    if "kv_lora_rank" in config:               # MLA: c_j and k^R_j a token in every layer, shared by all heads
+        per_token = (config["kv_lora_rank"] + config["qk_rope_head_dim"]) * bytes_per_number
+        return config["num_hidden_layers"] * num_tokens * per_token * batch_size
     if "layer_types" in config:
         kinds = config["layer_types"]
     else:                                      # a hybrid: every full_attention_interval-th layer is attention
@@ -100,6 +126,8 @@ def _no_windows(config, num_tokens, batch_size, bytes_per_number):
 
 
 def _always_full_window(config, num_tokens, batch_size, bytes_per_number):
+    if _is_latent(config):
+        return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
     per_layer = 2 * config["num_key_value_heads"] * config["head_dim"] * bytes_per_number
     return batch_size * per_layer * sum(config["sliding_window"] if kind == "sliding_attention" else num_tokens
                                         for kind in _attention_layers(config) if kind != "linear_attention")
@@ -111,11 +139,29 @@ def _every_layer_cached(config, num_tokens, batch_size, bytes_per_number):
 
 
 def _from_layer_zero(config, num_tokens, batch_size, bytes_per_number):
-    if "layer_types" in config:
+    if "full_attention_interval" not in config:
         return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
     interval = config["full_attention_interval"]                      # layers 0, interval, 2 interval, ...
     kinds = ["full_attention" if i % interval == 0 else "linear_attention" for i in range(config["num_hidden_layers"])]
     return _solution_config_bytes(_with(config, layer_types=kinds), num_tokens, batch_size, bytes_per_number)
+
+
+def _latent_as_heads(config, num_tokens, batch_size, bytes_per_number):
+    if not _is_latent(config):
+        return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
+    plain = {key: value for key, value in config.items() if key not in ("kv_lora_rank", "qk_rope_head_dim")}
+    plain["layer_types"] = ["full_attention"] * config["num_hidden_layers"]
+    return _derived_head_dim(plain, num_tokens, batch_size, bytes_per_number)
+
+
+def _latent_twice(config, num_tokens, batch_size, bytes_per_number):
+    return (2 if _is_latent(config) else 1) * _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
+
+
+def _latent_without_rope(config, num_tokens, batch_size, bytes_per_number):
+    if not _is_latent(config):
+        return _solution_config_bytes(config, num_tokens, batch_size, bytes_per_number)
+    return _solution_config_bytes({**config, "qk_rope_head_dim": 0}, num_tokens, batch_size, bytes_per_number)
 
 
 def _keys_only(config, num_tokens, batch_size, bytes_per_number):
@@ -133,7 +179,9 @@ config_cache_bytes = FunctionExercise(
     "the fields of its config.json given as a dict: num_hidden_layers, num_attention_heads, num_key_value_heads, "
     "hidden_size, head_dim, and either layer_types (one entry per layer, 'sliding_attention' or 'full_attention', "
     "with sliding_window) or full_attention_interval (a hybrid: layers interval - 1, 2 interval - 1, ... are full "
-    "attention, every other layer is linear attention). A sliding layer keeps at most sliding_window tokens, a "
+    "attention, every other layer is linear attention), or, for multi-head latent attention, kv_lora_rank and "
+    "qk_rope_head_dim (every layer caches one latent of kv_lora_rank numbers and one rotary key of "
+    "qk_rope_head_dim numbers a token, shared by all heads). A sliding layer keeps at most sliding_window tokens, a "
     "full layer keeps them all, a linear-attention layer keeps a fixed-size state and no KV cache (leave it out). "
     "Return the number of bytes, computed yourself: without the course's kv_cache_bytes.",
     reference=_reference_config_bytes,
@@ -142,9 +190,19 @@ config_cache_bytes = FunctionExercise(
           "Make a list of the layers' kinds first. For full_attention_interval = 4 and 8 layers it is linear, "
           "linear, linear, full, linear, linear, linear, full.",
           "A sliding layer holds min(num_tokens, sliding_window) tokens: with 1,000 tokens and a window of 4,096 "
-          "it holds 1,000."],
+          "it holds 1,000.",
+          "A config with kv_lora_rank is MLA: per layer and token it caches kv_lora_rank + qk_rope_head_dim "
+          "numbers, whatever the number of heads (notebook 14, section 2)."],
     solution=_solution_config_bytes,
     mistakes=[
+        Mistake(_latent_as_heads, "for the MLA model you counted per-head keys and values: an MLA layer caches "
+                                  "only the latent (kv_lora_rank numbers) and the shared rotary key "
+                                  "(qk_rope_head_dim numbers) a token; the heads' keys and values are rebuilt."),
+        Mistake(_latent_twice, "for the MLA model you counted the latent and rotary key twice, as if a key and a "
+                               "value: c_j serves as both, so a token costs kv_lora_rank + qk_rope_head_dim "
+                               "numbers a layer, once."),
+        Mistake(_latent_without_rope, "for the MLA model you left out the rotary key: the cache holds k^R_j "
+                                      "(qk_rope_head_dim numbers) beside the latent c_j."),
         Mistake(_derived_head_dim, "you derived the head width as hidden_size / num_attention_heads. Many models "
                                    "set head_dim on its own: read the config's head_dim."),
         Mistake(_query_heads, "you counted num_attention_heads key/value heads: only num_key_value_heads heads "

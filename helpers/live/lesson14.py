@@ -27,8 +27,9 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     Left: GiB of cache against the context length for every model up to its own longest context
     (``context_limits``), both axes logarithmic, the chosen model bold with a dot at the chosen length. Right: every
     model's cache at the chosen length, batch and format as a dot on a log axis (a dot plot: a bar's length on a log
-    axis would mean nothing), in the model's line colour, the chosen one ringed in black, hollow where a model cannot
-    read that far. A model whose context ends before the second length is one point on the left: it is labelled.
+    axis would mean nothing), in the model's line colour, the chosen one ringed in black; a model that cannot read
+    that far gets no dot, only a dash. A model with a window is drawn dashed, so that its line shows where it
+    lies on another's. A model whose context ends before the second length is one point on the left: it is labelled.
     """
     if not isinstance(models, dict) or not models:
         raise ValueError("models must be a non-empty dict {name: keyword arguments of kv_cache_bytes}")
@@ -47,7 +48,8 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     colours = {name: f"C{i}" for i, name in enumerate(names)}      # one colour per model, in both panels
     markers = {name: "osD^vph*XP"[i % 10] for i, name in enumerate(names)}
     lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=markers[name], markersize=5,
-                                 label=name, color=colours[name])[0] for name in names}
+                                 label=name, color=colours[name],
+                                 linestyle="--" if models[name].get("window_size") else "-")[0] for name in names}
     single = [name for name in names if context_limits[name] < CONTEXT_LENGTHS[1]]   # a curve of one point
     single_texts = {name: curve_ax.text(CONTEXT_LENGTHS[0] * 1.15, 1.0, f"{name} (context {context_limits[name]:,})",
                                         fontsize=8, va="center", color=colours[name]) for name in single}
@@ -87,24 +89,26 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
         now = [gib(name, num_tokens) for name in names]
         low, high = min(everything + now), max(everything + now)
         curve_ax.set_ylim(low / 2, high * 3)
-        dot.set_data([num_tokens], [now[names.index(model)]])
+        chosen_inside = num_tokens <= context_limits[model]
+        dot.set_data([num_tokens], [now[names.index(model)] if chosen_inside else float("nan")])
         reach = "" if num_tokens <= context_limits[model] else f" (past its {context_limits[model]:,}-token context)"
         curve_ax.set_title(f"{model}: {now[names.index(model)]:.2f} GiB for {batch_size} × {num_tokens:,} tokens "
                            f"in {dtype}{reach}", fontsize=11)
+        readable = [value for name, value in zip(names, now) if num_tokens <= context_limits[name]]
+        left = min(readable) if readable else min(now)
         for name, text, value in zip(names, texts, now):
             inside = num_tokens <= context_limits[name]
             point = points[name]
-            point.set_xdata([value])
-            point.set_markerfacecolor(colours[name] if inside else "none")   # hollow: past the model's context
+            point.set_xdata([value if inside else float("nan")])     # no dot past the model's context
             point.set_markeredgecolor("black" if name == model else colours[name])
             point.set_markeredgewidth(2.5 if name == model else 1.2)
             point.set_markersize(12 if name == model else 9)
-            text.set_x(value * 1.35)
-            text.set_text(f"{value:,.2f}" + ("" if inside else " (past its context)"))
+            text.set_x(value * 1.35 if inside else left)
+            text.set_text(f"{value:,.2f}" if inside else f"– (reads {context_limits[name]:,} tokens at most)")
             text.set_fontweight("bold" if name == model else "normal")
-        dots_ax.set_xlim(min(now) / 2, max(now) * 40)
+        dots_ax.set_xlim(left / 2, (max(readable) if readable else max(now)) * 40)
         dots_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
-                          f"(black ring: the chosen model; hollow: past its context)", fontsize=10)
+                          f"(black ring: the chosen model; –: past its context)", fontsize=10)
 
     return LiveFigure(fig, redraw, {"model": choice("model", names, model),
                                     "num_tokens": steps_slider("context length T", CONTEXT_LENGTHS, num_tokens),
