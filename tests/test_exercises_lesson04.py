@@ -75,13 +75,13 @@ def test_influence_rejects_plausible_wrong_answers(wrong, words):
     assert not feedback and words in feedback.message, feedback.message
 
 
-# --- 2. spot the bug: causal on paper (softmax over axis 1) ----------------------------------------------------
-def _attention(normalise):
+# --- 2. spot the bug: causal on paper (weights zeroed after the softmax) -------------------------------------
+def _attention(normalise, hide_with=float("-inf")):
     """A learner's fix whose weights come from ``normalise(masked, scaled scores)``."""
     def attention(queries, keys, values):
         num_tokens = queries.shape[-2]
         attn_scores = (queries @ keys.transpose(-2, -1)) / queries.shape[-1] ** 0.5
-        attn_scores = attn_scores.masked_fill(helpers.causal_mask(num_tokens), float("-inf"))
+        attn_scores = attn_scores.masked_fill(helpers.causal_mask(num_tokens), hide_with)
         attn_weights = normalise(attn_scores)
         return attn_weights @ values, attn_weights
     return attention
@@ -94,26 +94,60 @@ def _softmax_by_hand(scores, shift=True):
     return exps / exps.sum(dim=-1, keepdim=True)
 
 
-def test_causal_on_paper_is_a_spot_the_bug_whose_bug_is_named_on_the_first_batch():
+def _with_additive_mask(queries, keys, values):
+    """Another right fix: add a float mask of 0 and -inf to the scores (the way many codebases store it)."""
+    num_tokens = queries.shape[-2]
+    additive = torch.zeros(num_tokens, num_tokens).masked_fill(helpers.causal_mask(num_tokens), float("-inf"))
+    attn_weights = torch.softmax(queries @ keys.mT / queries.shape[-1] ** 0.5 + additive, dim=-1)
+    return attn_weights @ values, attn_weights
+
+
+def _with_where(queries, keys, values):
+    num_tokens = queries.shape[-2]
+    keep = torch.tril(torch.ones(num_tokens, num_tokens, dtype=torch.bool))
+    scores = torch.where(keep, queries @ keys.mT, torch.tensor(float("-inf")))
+    attn_weights = scores.div(queries.shape[-1] ** 0.5).softmax(dim=-1)
+    return attn_weights @ values, attn_weights
+
+
+def test_causal_on_paper_is_a_spot_the_bug_whose_bug_is_explained_on_the_first_input():
     exercise = lesson04.causal_on_paper
     assert isinstance(exercise, SpotTheBug)
     feedback = exercise.check(exercise.buggy)
-    assert not feedback and "axis 1" in feedback.message and "a batch of 2 sentences" in feedback.message
+    assert not feedback and "set to 0" in feedback.message and "one sentence" in feedback.message
 
 
-def test_causal_on_paper_bug_passes_the_lessons_check_and_is_right_on_one_sentence():
-    """The premise of the task: no weight above the diagonal, right for one sentence, not causal on a batch."""
+def test_causal_on_paper_bug_passes_the_lessons_check_yet_output_0_sees_the_last_token():
+    """The premise of the task: no weight above the diagonal, yet output 0 moves when the last token changes."""
     generator = torch.Generator().manual_seed(0)
     queries, keys, values = (torch.randn(2, 5, 4, generator=generator) for _ in range(3))
     _, weights = lesson04.causal_on_paper.buggy(queries, keys, values)
     assert not (weights * helpers.causal_mask(5)).any()                                 # check_no_future passes
-    torch.testing.assert_close(lesson04.causal_on_paper.buggy(queries[0], keys[0], values[0])[0],
-                               lesson04.causal_on_paper.reference(queries[0], keys[0], values[0])[0])
     changed = [t.clone() for t in (queries, keys, values)]
     for t in changed:
         t[:, -1] += 1.0                                                                     # change the last token
     before, after = lesson04.causal_on_paper.buggy(queries, keys, values)[0], lesson04.causal_on_paper.buggy(*changed)[0]
     assert not torch.allclose(before[:, 0], after[:, 0])                                    # output 0 moved
+    fixed_before = lesson04.causal_on_paper.reference(queries, keys, values)[0]
+    fixed_after = lesson04.causal_on_paper.reference(*changed)[0]
+    torch.testing.assert_close(fixed_before[:, :-1], fixed_after[:, :-1])                # the fix: only the last moves
+
+
+def test_causal_on_paper_reference_agrees_with_pytorch():
+    for case in lesson04.causal_on_paper.cases(torch.Generator().manual_seed(0)):
+        queries, keys, values = case.args
+        torch.testing.assert_close(lesson04.causal_on_paper.reference(*case.args)[0],
+                                   torch.nn.functional.scaled_dot_product_attention(queries, keys, values,
+                                                                                    is_causal=True))
+
+
+def test_the_plain_repair_really_underflows_on_the_large_scores():
+    """The mistake message's claim: zero-then-renormalise in float32 gives nan on the checker's large scores."""
+    cases = lesson04.causal_on_paper.cases(torch.Generator().manual_seed(0))
+    large = next(c for c in cases if "large scores" in c.description)
+    _, zeroed = lesson04.causal_on_paper.buggy(*large.args)
+    assert (zeroed.sum(dim=-1) == 0).any()                                               # a row underflowed to 0
+    assert (zeroed / zeroed.sum(dim=-1, keepdim=True)).isnan().any()
 
 
 @pytest.mark.parametrize("answer", [
@@ -122,6 +156,9 @@ def test_causal_on_paper_bug_passes_the_lessons_check_and_is_right_on_one_senten
     _attention(lambda s: s.softmax(s.dim() - 1)),
     _attention(lambda s: torch.nn.functional.softmax(s, dim=-1)),
     _attention(_softmax_by_hand),
+    _attention(lambda s: torch.softmax(s, dim=-1), hide_with=torch.finfo(torch.float32).min),
+    _with_additive_mask,
+    _with_where,
     lambda q, k, v: helpers.scaled_dot_product_attention(q, k, v, mask=helpers.causal_mask(q.shape[-2])),
 ])
 def test_causal_on_paper_accepts_every_right_fix(answer):
@@ -129,14 +166,20 @@ def test_causal_on_paper_accepts_every_right_fix(answer):
     assert feedback, feedback.message
 
 
+def _zeroed(q, k, v):
+    return lesson04.causal_on_paper.buggy(q, k, v)[1]
+
+
 @pytest.mark.parametrize("wrong, words", [
-    (_attention(lambda s: torch.softmax(s, dim=-2)), "queries' axis"),
-    (_attention(lambda s: torch.softmax(s, dim=1) / torch.softmax(s, dim=1).sum(-1, keepdim=True)),
-     "Renormalising"),
+    (lambda q, k, v: (lambda w: (w @ v, w))(_zeroed(q, k, v) / _zeroed(q, k, v).sum(-1, keepdim=True)),
+     "underflow"),
+    (lambda q, k, v: (lambda w: (w @ v, w))(_zeroed(q, k, v) / _zeroed(q, k, v).sum(-2, keepdim=True)),
+     "column"),
+    (_attention(lambda s: torch.softmax(s, dim=-1), hide_with=0.0), "ordinary score"),
+    (_attention(lambda s: torch.softmax(s, dim=-2)), "values are not"),
+    (_attention(lambda s: torch.softmax(s, dim=1)), "values are not"),        # 02's bug: wrong on a batch
     (_attention(lambda s: torch.softmax(s, dim=2)), "IndexError"),            # right for a batch, not one sentence
-    (_attention(lambda s: torch.softmax(s, dim=s.dim() - 1 if s.dim() < 4 else 2)), "queries' axis"),  # heads
     (_attention(lambda s: _softmax_by_hand(s, shift=False)), "nan"),          # overflows on the large scores
-    (_attention(lambda s: torch.softmax(s.nan_to_num(neginf=0.0), dim=-1)), "values are not"),  # future back in
     (lambda q, k, v: _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)[0], "value(s), expected 2"),
     (lambda q, k, v: tuple(t.double() for t in _attention(lambda s: torch.softmax(s, dim=-1))(q, k, v)), None),
 ])
@@ -155,6 +198,8 @@ def test_causal_on_paper_checks_large_very_negative_and_single_token_inputs():
     assert any(float(s.max()) < -100 for s in scores)                     # every exp underflows to 0
     assert any(c.args[0].shape[-2] == 1 for c in cases) and any(c.args[0].dim() == 4 for c in cases)
     assert any(c.args[2].shape[-1] != c.args[0].shape[-1] for c in cases)  # d_v != d_k
+    task = lesson04.causal_on_paper.task
+    assert "above 100" in task and "below -100" in task and "d_v" in task and "heads" in task   # rules stated
 
 
 @pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
@@ -192,6 +237,9 @@ def test_the_spot_the_bug_name_in_the_learners_cell_does_not_name_the_bug():
     """Issue 34: `lesson04.axis_leak` told the learner, in the cell they edit, that the bug is an axis."""
     assert lesson04.__all__ == ["influence", "causal_on_paper"]
     assert lesson04.causal_on_paper.name == "lesson04.causal_on_paper"
-    for word in ("axis", "dim", "softmax", "leak"):
-        assert word not in lesson04.causal_on_paper.name and word not in lesson04.causal_on_paper.title.lower()
+    exercise = lesson04.causal_on_paper
+    for word in ("axis", "dim", "softmax", "leak", "zero", "renormalis", "sum"):
+        assert word not in exercise.name and word not in exercise.title.lower()
+        assert word not in exercise.task.lower() and word not in exercise.buggy.__name__
+        assert word not in exercise.check(lambda q, k, v: (_ for _ in ()).throw(NotImplementedError)).message
     assert lesson04.axis_leak is lesson04.causal_on_paper, "older copies of notebook 04 still run"

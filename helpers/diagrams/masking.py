@@ -2,7 +2,7 @@
 
 * :func:`mask_then_softmax_diagram` draws the data flow of causal masking for ``num_tokens`` tokens: the scores
   ``S`` and the mask ``M`` (hidden cells grey) go into ``masked_fill``, which writes ``-inf`` where ``M`` hides; a
-  softmax of the scaled scores ``S / sqrt(d_k)``, row by row, gives the weights ``A`` (zeros above the diagonal).
+  softmax of the scaled masked scores, row by row, gives the weights ``A`` (zeros above the diagonal).
   Given ``tokens``, the rows of ``S`` and its columns carry them too, numbered like the code (``0: Your``).
 * :func:`plot_mask` / :func:`draw_mask` draw a real bool mask ``(rows, cols)`` (``True`` = hidden) with token labels
   numbered from 0 (``0: Your``, so "row 0" and "query 0" point at the same place): grey for hidden, white for
@@ -91,7 +91,7 @@ def mask_then_softmax_diagram(num_tokens: int = 6, tokens: Sequence[str] | None 
     middle = top + t / 2
     label(ax, xs[0] + t + gap / 2, middle, "and", fontsize=12)
     arrow(ax, (xs[1] + t + 0.3, middle), (xs[2] - 0.3, middle), "masked_fill\n(M, −∞)", fontsize=11)
-    arrow(ax, (xs[2] + t + 0.3, middle), (xs[3] - 0.3, middle), "softmax of\n$S/\\sqrt{d_k}$,\nrow by row",
+    arrow(ax, (xs[2] + t + 0.3, middle), (xs[3] - 0.3, middle), "softmax of\n(masked $S$)\n$/\\sqrt{d_k}$,\nrow by row",
           fontsize=11)
     label(ax, xs[1] + t / 2, top + t + 1.7, "grey: query $i$ may not\nsee key $j > i$", fontsize=11)
     label(ax, xs[2] + t / 2, top + t + 1.7, "$S$, with $-\\infty$\nwhere $M$ is True", fontsize=11)

@@ -77,7 +77,7 @@ def qkv_flow_diagram(num_tokens: int = 6, d_in: int = 3, d_out: int = 2, d_v: in
                           shape_text=f"({n}, {n})\nscores")
     arrow(ax, (x_qkv + d_out + 0.1, q_y), (x_s - 0.1, s_mid - 0.8))
     arrow(ax, (x_qkv + d_out + 0.1, k_y), (x_s - 0.1, s_mid + 0.8))
-    label(ax, x_s - 1.7, s_mid, "$Q K^\\top$", fontsize=12)
+    label(ax, x_s - 0.85, s_mid, "$Q K^\\top$", fontsize=12)   # between the two arrowheads
     _, a_mid = tensor_grid(ax, x_a, s_top, n, n, color=PALETTE["weights"], name="A", fontsize=_FONT,
                           shape_text=f"({n}, {n})\nattention weights")
     arrow(ax, (x_s + n + 0.1, s_mid), (x_a - 0.1, a_mid), "softmax$(S/\\sqrt{d_k})$", fontsize=11)

@@ -44,13 +44,14 @@ query_key_matrix = FunctionExercise(
     "One matrix behind the scores",
     "write query_key_matrix(W_query, W_key) returning the (d_in, d_in) matrix W_qk for which the scaled scores "
     "are S / sqrt(d_k) = X W_qk Xᵀ, for every X of shape (num_tokens, d_in). W_query and W_key are (d_in, d_k), as "
-    "in SelfAttention_v1, so d_k is W_key.shape[1].",
+    "in SelfAttention_v1.",
     reference=_reference_qk,
     cases=_qk_cases,
     hint=["Put Q = X W_q and K = X W_k into S = Q Kᵀ and use the rule for the transpose of a product of two "
           "matrices.",
           "Both X's end up on the outside of the product. What is left between them, and where does the "
-          "1/sqrt(d_k) go?"],
+          "1/sqrt(d_k) go?",
+          "d_k is the width of the keys, the second dimension of W_key."],
     solution=_solution_query_key_matrix,
     mistakes=[
         Mistake(lambda wq, wk: wq @ wk.T,

@@ -1,10 +1,11 @@
 """Exercises for notebook 04: causal attention.
 
 1. ``influence``: a causality check that needs no weights: which outputs change when one token changes?
-2. ``causal_on_paper`` (spot the bug): causal attention written for one sentence, then fed batches. The softmax runs
-   over axis 1, the keys of a ``(T, T)`` table but the queries of a ``(B, T, T)`` one: no weight lies above the
-   diagonal, yet early outputs depend on later tokens through the normaliser. A bug the lesson does not show,
-   which its ``check_no_future`` misses and exercise 1's test catches.
+2. ``causal_on_paper`` (spot the bug): the weights of later keys are set to 0 after the softmax, without
+   renormalising. No weight lies above the diagonal, yet every output depends on the later keys through the sum
+   each row was divided by. A masking bug the lesson does not show, which its ``check_no_future`` misses and
+   exercise 1's test catches; the obvious repair (divide each row by its new sum) is right on paper and gives nan
+   on large scores, which the checker's inputs include.
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ causal_mask = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: the softmax over axis 1 ---------------------------------------------------------------
+# --- 2. spot the bug: weights zeroed after the softmax ---------------------------------------------------------
 def _qkv_cases(g: torch.Generator) -> list[Case]:
     def qkv(*lead, num_tokens, d_k=4, d_v=3, scale=1.0):
         return (randn(g, *lead, num_tokens, d_k, scale=scale), randn(g, *lead, num_tokens, d_k, scale=scale),
@@ -228,66 +229,77 @@ def _reference_causal_attention(queries, keys, values):
 
 
 def buggy_causal_attention(queries, keys, values):
-    # Written for one sentence: queries, keys (num_tokens, d_k), values (num_tokens, d_v). Now fed batches too.
+    # queries, keys: (..., num_tokens, d_k); values: (..., num_tokens, d_v)
     num_tokens, d_k = queries.shape[-2], queries.shape[-1]
     future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
-    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))
-    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=1)
+    attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / d_k**0.5, dim=-1)   # (..., T, T)
+    attn_weights = attn_weights.masked_fill(future, 0.0)                                # no weight on a later key
     return attn_weights @ values, attn_weights
 
 
 def _solution_causal_attention(queries, keys, values):
-    # queries, keys: (..., num_tokens, d_k); values: (..., num_tokens, d_v), with any number of leading axes
+    # queries, keys: (..., num_tokens, d_k); values: (..., num_tokens, d_v)
     num_tokens, d_k = queries.shape[-2], queries.shape[-1]
     future = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=queries.device).triu(1)
-    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))   # (..., T, T)
-    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)   # the last axis is the keys', whatever comes before
+    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))   # hide BEFORE the softmax
+    attn_weights = torch.softmax(attn_scores / d_k**0.5, dim=-1)   # each row's sum holds only the keys it may see
     return attn_weights @ values, attn_weights
 
 
-def _with_softmax_over(axis, renormalise=False):
-    """The same attention with the softmax over ``axis`` (and optionally each row divided by its sum afterwards)."""
+def _zeroed_then(divide_by):
+    """The buggy weights, each row then divided by ``divide_by(zeroed weights)``."""
     def attention(queries, keys, values):
-        num_tokens, d_k = queries.shape[-2], queries.shape[-1]
-        future = _causal_mask(num_tokens, device=queries.device)
-        attn_weights = torch.softmax((queries @ keys.transpose(-2, -1)).masked_fill(future, float("-inf"))
-                                     / d_k**0.5, dim=axis)
-        if renormalise:
-            attn_weights = attn_weights / attn_weights.sum(dim=-1, keepdim=True)
+        _, zeroed = buggy_causal_attention(queries, keys, values)
+        attn_weights = zeroed / divide_by(zeroed)
         return attn_weights @ values, attn_weights
     return attention
 
 
+def _future_scores_zero(queries, keys, values):
+    """Scores of later keys set to 0 (not hidden) before the softmax."""
+    future = _causal_mask(queries.shape[-2], device=queries.device)
+    attn_scores = (queries @ keys.transpose(-2, -1)).masked_fill(future, 0.0)
+    attn_weights = torch.softmax(attn_scores / queries.shape[-1] ** 0.5, dim=-1)
+    return attn_weights @ values, attn_weights
+
+
 causal_on_paper = SpotTheBug(
     "Spot the bug: causal on paper",
-    "causal_attention(queries, keys, values) returns (context_vecs, attn_weights). It was written and checked for "
-    "one sentence, (num_tokens, d_k). Fed a batch, (batch_size, num_tokens, d_k), it runs, check_no_future finds "
-    "no weight above the diagonal, and yet output 0 of a sentence changes when its last token changes. Find the bug "
-    "and write the fixed function: it must work for one sentence, a batch, and a batch of heads "
-    "(batch_size, num_heads, num_tokens, d_k); d_v may differ from d_k.",
+    "causal_attention(queries, keys, values) returns (context_vecs, attn_weights) for queries and keys "
+    "(..., num_tokens, d_k) and values (..., num_tokens, d_v). check_no_future finds no weight above the diagonal, "
+    "and yet output 0 of a sentence changes when its last token changes. Find the bug and write the fixed "
+    "function: it must work for one sentence (num_tokens, d_k), a batch (batch_size, num_tokens, d_k) and a batch "
+    "of heads (batch_size, num_heads, num_tokens, d_k), with d_v free to differ from d_k, and for scores of any "
+    "size: some inputs give scores above 100, others scores that are all below -100.",
     reference=_reference_causal_attention,
     cases=_qkv_cases,
-    hint=["Run the buggy function on one sentence and on a batch that holds that sentence twice: compare the "
-          "sentence's weights in the two results, and add up each row.",
-          "What does axis 1 count in a (num_tokens, num_tokens) table of scores, and what in a "
-          "(batch_size, num_tokens, num_tokens) one?",
-          "A weight of query 0 is divided by a sum. Which scores are in that sum here, and which should be?"],
+    hint=["Run the buggy function on one sentence and add up each row of the weights it returns. What should a "
+          "row of attention weights add up to?",
+          "Output 0 is a_00 v_0. Write a_00 as a fraction: which scores are in its denominator here, and which "
+          "should be?",
+          "A later key must never enter the sum a weight is divided by. Where in the recipe does that sum form, "
+          "and what has to happen to the later keys before it?"],
     solution=_solution_causal_attention,
     buggy=buggy_causal_attention,
-    bug_message="the softmax runs over axis 1. In one sentence's (T, T) scores that is the keys' axis; in a batch's "
-                "(B, T, T) it is the queries' axis. Each weight is then divided by a sum over the queries of its "
-                "column, later queries included: no weight lies above the diagonal, yet output 0 depends on every "
-                "later token. Normalise each row, over the keys, whatever comes before them.",
+    bug_message="each row of weights is made from the scores of every key, later ones included, and only then are "
+                "the later weights set to 0. The weights left are still divided by a sum over all keys: the row no "
+                "longer sums to 1, and output 0 depends on the last token's key through that sum. The later keys "
+                "must be out of the sum when it is taken.",
     mistakes=[
-        Mistake(_with_softmax_over(-2),
-                "the softmax runs over the queries' axis (the second to last): each column sums to 1, not each "
-                "row, and early outputs depend on later tokens. Normalise over the keys."),
-        Mistake(_with_softmax_over(1, renormalise=True),
-                "every row sums to 1 now, but each weight was first divided by a sum over the queries of its "
-                "column, later ones included, so output 0 still depends on the last token. Renormalising "
-                "afterwards does not undo that: take the softmax over the keys in the first place."),
+        Mistake(_zeroed_then(lambda w: w.sum(dim=-1, keepdim=True)),
+                "each row sums to 1 again, and on paper zeroing then dividing by the new sum gives the right "
+                "weights. In floating point it does not: where a later key's score is far larger than the visible "
+                "ones, the visible weights underflow to exactly 0 in the first softmax, and the row becomes "
+                "0 / 0 = nan. Keep the later keys out of the softmax itself."),
+        Mistake(_zeroed_then(lambda w: w.sum(dim=-2, keepdim=True)),
+                "you divided each weight by the sum of its column (over the queries), not of its row: the rows "
+                "of a weight table must each sum to 1."),
+        Mistake(_future_scores_zero,
+                "a score of 0 is an ordinary score (e to the 0 is 1), not a hidden one: the later keys still get "
+                "weight, and output 0 still depends on them. A hidden key's score must give a weight of exactly 0."),
     ],
 )
 
-# The exercise's first name, which told the learner where the bug is; kept so that older copies of notebook 04 run.
+# The exercise's first name, which told the learner where its first bug was; kept so that older copies of notebook 04
+# and the grade tables that recorded it still resolve.
 axis_leak = causal_on_paper
