@@ -30,41 +30,56 @@ def test_next_token_score_equals_the_course_score_on_one_unpadded_sentence():
     torch.testing.assert_close(got, next_token_score(weights[0]))
 
 
-def test_head_weights_bug_is_named_and_the_fix_passes():
-    feedback = lesson13.head_weights.check(lesson13.buggy_head_weights)
-    assert feedback.status == "wrong" and "weight.T" in feedback.message
-    assert lesson13.head_weights.check(lesson13._solution_head_weights).passed
+def test_masked_weights_bug_is_named_and_fixes_written_differently_pass():
+    feedback = lesson13.masked_weights.check(lesson13.buggy_masked_weights)
+    assert feedback.status == "wrong" and "None, None, :]" in feedback.message
+    assert lesson13.masked_weights.check(lesson13._solution_masked).passed
 
-    def with_linear(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-        b, t, d = x.shape
-        q = torch.nn.functional.linear(x, query_weight, query_bias).view(b, t, num_heads, -1).transpose(1, 2)
-        k = torch.nn.functional.linear(x, key_weight, key_bias).view(b, t, num_heads, -1).transpose(1, 2)
-        return torch.softmax(q @ k.transpose(-2, -1) / (d // num_heads) ** 0.5, dim=-1)
-    assert lesson13.head_weights.check(with_linear).passed
-    feedback = lesson13.head_weights.check(lesson13._one_transposed)
-    assert feedback.status == "wrong" and "both" in feedback.message
+    def with_where(queries, keys, padding_mask):          # an additive mask with -1e9, via torch.where
+        scores = torch.einsum("bhid,bhjd->bhij", queries, keys) / queries.shape[-1] ** 0.5
+        scores = scores + torch.where(padding_mask, -1e9, 0.0).unsqueeze(1).unsqueeze(2)
+        return scores.softmax(-1)
+
+    def with_sdpa(queries, keys, padding_mask):           # PyTorch's own attention, values = identity
+        t = queries.shape[-2]
+        eye = torch.eye(t).expand(*queries.shape[:2], t, t)
+        return torch.nn.functional.scaled_dot_product_attention(queries, keys, eye,
+                                                                attn_mask=~padding_mask[:, None, None, :])
+    assert lesson13.masked_weights.check(with_where).passed
+    assert lesson13.masked_weights.check(with_sdpa).passed
+    feedback = lesson13.masked_weights.check(lesson13._filled_with_zero)
+    assert feedback.status == "wrong" and "-inf" in feedback.message
+
+    def unmasked(queries, keys, padding_mask):
+        return torch.softmax(queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5, dim=-1)
+    assert not lesson13.masked_weights.check(unmasked).passed
 
 
-def test_head_weights_reference_is_the_real_models_attention():
+def test_masked_weights_reference_is_the_real_models_attention():
     from helpers.pretrained import load_minilm
     encoder, tokenizer = load_minilm()
-    token_ids, padding_mask = tokenizer.batch(["The river bank was muddy."])
+    token_ids, padding_mask = tokenizer.batch(["The river bank was muddy.", "Yes."])
     with torch.no_grad():
         out = encoder(token_ids, padding_mask)
         attention = encoder.blocks[1].attention
-        got = lesson13._reference_head_weights(out.hidden_states[1], attention.W_query.weight, attention.W_query.bias,
-                                               attention.W_key.weight, attention.W_key.bias, 12)
-    torch.testing.assert_close(got, out.attn_weights[1], atol=1e-6, rtol=1e-5)
+        x = out.hidden_states[1]
+        b, t, _ = x.shape
+        q = attention.W_query(x).view(b, t, 12, 32).transpose(1, 2)
+        k = attention.W_key(x).view(b, t, 12, 32).transpose(1, 2)
+        got = lesson13._reference_masked(q, k, padding_mask)
+    real = ~padding_mask
+    for i in range(b):   # the real queries' rows: exactly the model's
+        torch.testing.assert_close(got[i][:, real[i]], out.attn_weights[1][i][:, real[i]], atol=1e-6, rtol=1e-5)
 
 
-def test_head_weights_buggy_code_needs_only_torch_and_does_not_name_the_fix():
+def test_masked_weights_buggy_code_needs_only_torch_and_does_not_name_the_fix():
     import inspect
-    source = inspect.getsource(lesson13.buggy_head_weights)
+    source = inspect.getsource(lesson13.buggy_masked_weights)
     namespace = {"torch": torch}
     exec(source, namespace)  # a learner's copy runs where only torch is imported
-    x = torch.randn(1, 3, 4)
-    assert namespace["buggy_head_weights"](x, torch.eye(4), torch.zeros(4), torch.eye(4), torch.zeros(4), 2).shape == (
-        1, 2, 3, 3)
-    assert "nn.Linear" not in source and ".T" not in source
-    assert "query weight" not in lesson13.head_weights.title.lower()
-    assert not any("weight.T" in hint or "x @ weight" in hint for hint in lesson13.head_weights._hints)
+    q = torch.randn(2, 2, 3, 4)
+    mask = torch.tensor([[False, False, False], [False, False, True]])
+    got = namespace["buggy_masked_weights"](q, q, mask)
+    assert got.shape == (2, 2, 3, 3) and not got.isnan().any()
+    text = " ".join([lesson13.masked_weights.title, lesson13.masked_weights.task, *lesson13.masked_weights._hints])
+    assert "queries instead" not in text.lower() and "None, None, :]" not in text and "rows" not in text.split("Find")[-1]

@@ -1,7 +1,7 @@
 """Exercises for notebook 13: a real pretrained model (all-MiniLM-L6-v2) run by the course's modules.
 
 1. a next-token score of every head over a padded batch of sentences (padding left out);
-2. spot the bug: a head's weights computed from a checkpoint's projection weights without the transpose.
+2. spot the bug: the attention weights of a padded batch, its padding mask on the wrong axis.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["batch_next_token_score", "head_weights"]
+__all__ = ["batch_next_token_score", "masked_weights"]
 
 
 def _batch_weights(g: torch.Generator, lengths: list[int], num_heads: int, scale: float = 1.0):
@@ -95,74 +95,67 @@ batch_next_token_score = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: a checkpoint's weight without the transpose -----------------------------------------------------
-def _weights_cases(g: torch.Generator) -> list[Case]:
-    def case(description, batch, tokens, d_model, heads):
-        x = torch.randn(batch, tokens, d_model, generator=g)
-        q_w, k_w = (torch.randn(d_model, d_model, generator=g) / math.sqrt(d_model) for _ in range(2))
-        q_b, k_b = (torch.randn(d_model, generator=g) * 0.1 for _ in range(2))
-        return Case(description, (x, q_w, q_b, k_w, k_b, heads))
-    return [case("d_model 8, 2 heads, 5 tokens", 1, 5, 8, 2),
-            case("d_model 12, 3 heads, a batch of 2, 4 tokens", 2, 4, 12, 3),
-            case("d_model 6, 1 head, 6 tokens", 1, 6, 6, 1),
-            case("d_model 384, 12 heads of width 32 (the real model's shapes), 7 tokens", 1, 7, 384, 12)]
+# --- 2. spot the bug: a padded batch's attention weights -------------------------------------------------------------
+def _masked_cases(g: torch.Generator) -> list[Case]:
+    def case(description, lengths, heads, head_dim):
+        num_tokens = max(lengths)
+        queries, keys = (torch.randn(len(lengths), heads, num_tokens, head_dim, generator=g) for _ in range(2))
+        padding_mask = torch.arange(num_tokens)[None, :] >= torch.tensor(lengths)[:, None]
+        return Case(description, (queries, keys, padding_mask))
+    return [case("two sentences of 5 and 3 tokens, 2 heads of width 4", [5, 3], 2, 4),
+            case("three sentences of 6, 2 and 4 tokens, 1 head of width 8", [6, 2, 4], 1, 8),
+            case("one sentence of 7 real tokens and 3 of padding, 3 heads of width 2", [7, 4], 3, 2),
+            case("the real model's heads: 12 of width 32, sentences of 9 and 5 tokens", [9, 5], 12, 32)]
 
 
-def _reference_head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-    linear = torch.nn.functional.linear  # x @ weight.T + bias, as nn.Linear computes
-    batch_size, num_tokens, d_model = x.shape
-    head_dim = d_model // num_heads
-    queries = linear(x, query_weight, query_bias).view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    keys = linear(x, key_weight, key_bias).view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    return torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(head_dim), dim=-1)
+def _reference_masked(queries, keys, padding_mask):
+    hidden = padding_mask[:, None, None, :]                  # (B, 1, 1, T): one column per key
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
 
 
-def buggy_head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-    # query_weight, key_weight: (d_model, d_model); biases: (d_model,), read from the checkpoint
-    batch_size, num_tokens, d_model = x.shape
-    head_dim = d_model // num_heads
-    queries = x @ query_weight + query_bias                                 # (B, T, d_model)
-    keys = x @ key_weight + key_bias
-    queries = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)   # (B, H, T, D)
-    keys = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5       # (B, H, T, T)
+def buggy_masked_weights(queries, keys, padding_mask):
+    # queries, keys: (B, H, T, head_dim); padding_mask: (B, T), True at padding
+    head_dim = queries.shape[-1]
+    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5           # (B, H, T, T)
+    hidden = padding_mask[:, None, :, None]                                    # (B, 1, T, 1)
+    attn_scores = attn_scores.masked_fill(hidden, torch.finfo(attn_scores.dtype).min)
     return torch.softmax(attn_scores, dim=-1)
 
 
-def _solution_head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-    batch_size, num_tokens, d_model = x.shape
-    head_dim = d_model // num_heads
-    queries = x @ query_weight.T + query_bias           # nn.Linear stores (out_features, in_features)
-    keys = x @ key_weight.T + key_bias
-    queries = queries.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    keys = keys.view(batch_size, num_tokens, num_heads, head_dim).transpose(1, 2)
-    return torch.softmax(queries @ keys.transpose(-2, -1) / head_dim ** 0.5, dim=-1)
+def _solution_masked(queries, keys, padding_mask):
+    head_dim = queries.shape[-1]
+    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5
+    hidden = padding_mask[:, None, None, :]                  # (B, 1, 1, T): the mask hides columns (keys)
+    attn_scores = attn_scores.masked_fill(hidden, torch.finfo(attn_scores.dtype).min)
+    return torch.softmax(attn_scores, dim=-1)
 
 
-def _one_transposed(x, query_weight, query_bias, key_weight, key_bias, num_heads):
-    return _reference_head_weights(x, query_weight, query_bias, key_weight.T, key_bias, num_heads)
+def _filled_with_zero(queries, keys, padding_mask):
+    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
+    return torch.softmax(scores.masked_fill(padding_mask[:, None, None, :], 0.0), dim=-1)
 
 
-head_weights = SpotTheBug(
-    "Spot the bug: loading a checkpoint's projection weights",
-    "head_weights(x, query_weight, query_bias, key_weight, key_bias, num_heads) should return the attention "
-    "weights (B, H, T, T) of every head (no mask) for x (B, T, d_model), where query_weight and key_weight "
-    "(d_model, d_model) and the biases (d_model,) were read from a checkpoint that stores nn.Linear layers "
-    "(weight shape (out_features, in_features)). The code below runs and returns weights whose rows sum to 1, "
-    "yet they are not the model's. Find the bug and fix it.",
-    reference=_reference_head_weights,
-    cases=_weights_cases,
-    hint=["Both weights are square, so a shape check cannot catch this. Load layer 0's tensors from the real "
-          "model (encoder.blocks[0].attention.W_query.weight, .bias, and W_key's) and compare your queries with "
-          "encoder.blocks[0].attention.W_query(x) on a small x.",
-          "Where the two differ, ask how an nn.Linear layer turns its stored weight into an output."],
-    solution=_solution_head_weights,
-    buggy=buggy_head_weights,
-    bug_message="x @ query_weight multiplies by the weight as stored, but nn.Linear stores (out_features, "
-                "in_features) and computes x @ weight.T + bias. A square matrix hides the mistake: the shapes fit, "
-                "the rows still sum to 1, and every head looks at the wrong tokens. Use query_weight.T and "
-                "key_weight.T (or torch.nn.functional.linear).",
-    mistakes=[Mistake(_one_transposed, "only one of the two weights is transposed: both query_weight and "
-                                       "key_weight need .T.")],
-    name="lesson13.head_weights",
+masked_weights = SpotTheBug(
+    "Spot the bug: attention weights of a padded batch",
+    "masked_weights(queries, keys, padding_mask) should return every head's attention weights (B, H, T, T) for a "
+    "padded batch: queries and keys are (B, H, T, head_dim), padding_mask (B, T) is True at padding; rows are "
+    "queries i, columns keys j, scores scaled by 1/sqrt(head_dim). Every query, padded or not, must spread its "
+    "weight over the real tokens of its sentence only: a padded key gets weight 0. The code below runs and its "
+    "rows sum to 1, yet the weights are not what a padding mask should give. Find the bug and fix it.",
+    reference=_reference_masked,
+    cases=_masked_cases,
+    hint=["Run the code on a batch of two sentences where the second is padded, and print one real query's row "
+          "of the second sentence: how much weight lands on the padded columns?",
+          "In a (B, H, T, T) table, which of the two T dimensions belongs to the keys? Check where the mask's T "
+          "ends up after its indexing."],
+    solution=_solution_masked,
+    buggy=buggy_masked_weights,
+    bug_message="padding_mask[:, None, :, None] hides ROWS, the padded queries, not COLUMNS, the padded keys: the "
+                "real queries still put weight on [PAD], and each padded query spreads its weight evenly over "
+                "every position. The mask belongs on the key axis: padding_mask[:, None, None, :].",
+    mistakes=[Mistake(_filled_with_zero, "the padded keys' scores are set to 0, which still leaves them weight "
+                                         "exp(0) in the softmax. Fill them with -inf (or a very large negative "
+                                         "number) so that they get weight 0.")],
+    name="lesson13.masked_weights",
 )
