@@ -73,3 +73,18 @@ def test_sentence_explorer_says_the_thumbnails_share_one_scale(model):
     encoder, tokenizer = model
     view = sentence_explorer(encoder, tokenizer, "The cat sat.")
     assert "same 0-1 colour scale" in view.fig._suptitle.get_text()
+
+
+def test_bank_curves_draws_both_means_and_bands_and_checks_shapes():
+    import pytest
+    from helpers.live.lesson13 import bank_curves
+    within, across = torch.rand(7, 12) * 0.2 + 0.8, torch.rand(7, 16) * 0.3 + 0.6
+    fig = bank_curves(within, across, "t")
+    ax = fig.axes[0]
+    lines = ax.get_lines()
+    assert len(lines) == 2 and len(ax.collections) == 2
+    torch.testing.assert_close(torch.tensor(lines[0].get_ydata()), within.mean(1))
+    torch.testing.assert_close(torch.tensor(lines[1].get_ydata()), across.mean(1))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["emb", "L0", "L1", "L2", "L3", "L4", "L5"]
+    with pytest.raises(ValueError, match="within and across"):
+        bank_curves(within[:6], across, "t")

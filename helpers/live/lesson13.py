@@ -15,7 +15,7 @@ from ..plotting import CourseFigure, Heatmap
 from ..pretrained import MiniLMEncoder
 from ..widgets import LiveFigure, choice, int_slider
 
-__all__ = ["sentence_explorer", "score_grid", "pronoun_rows"]
+__all__ = ["sentence_explorer", "score_grid", "pronoun_rows", "bank_curves"]
 
 
 def score_grid(scores: dict[str, torch.Tensor], marked: dict[str, tuple[int, int]] | None = None) -> CourseFigure:
@@ -131,4 +131,25 @@ def pronoun_rows(encoder: MiniLMEncoder, tokenizer, template: str, pronoun: str,
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel(f"attention weight of '{pronoun}'")
     axes[-1].legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def bank_curves(within: torch.Tensor, across: torch.Tensor, title: str) -> CourseFigure:
+    """Cosines of a word's vectors after the embeddings and each layer, ``(L+1, pairs)`` each: the mean of
+    ``within`` (pairs of the same meaning) and of ``across`` (pairs of different meanings), each with a band from its
+    lowest to its highest pair. The x ticks read emb, L0, L1, ..."""
+    within, across = torch.as_tensor(within), torch.as_tensor(across)
+    if within.ndim != 2 or across.ndim != 2 or within.shape[0] != across.shape[0]:
+        raise ValueError(f"within and across must be (L+1, pairs) with the same L+1, got {tuple(within.shape)} and "
+                         f"{tuple(across.shape)}")
+    steps = within.shape[0]
+    fig = CourseFigure(figsize=(6.4, 3.4), layout="constrained")
+    ax = fig.add_subplot()
+    for name, values, color in (("same meaning", within, "tab:blue"), ("different meanings", across, "tab:red")):
+        ax.plot(range(steps), values.mean(1), color=color, marker="o", label=f"{name} (mean; band: lowest to highest)")
+        ax.fill_between(range(steps), values.min(1).values, values.max(1).values, color=color, alpha=0.2)
+    low = float(min(within.min(), across.min()))
+    ax.set(xlabel="after", ylabel="cosine of the two vectors", ylim=(min(0.6, low - 0.02), 1.01), title=title,
+           xticks=range(steps), xticklabels=["emb"] + [f"L{n}" for n in range(steps - 1)])
+    ax.legend(fontsize=8, loc="lower left")
     return fig
