@@ -104,7 +104,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     The black dots are the mean row sums over 2,000 draws at the same ``p``: the same draws at every seed (a
     generator of their own, seed 0), so they match ``dropout_row_sums(attn_weights, p, 2_000,
     torch.Generator().manual_seed(0)).mean(dim=0)``. The heatmap's colour
-    scale runs from 0 to the largest possible survivor, ``1 / (1 - p)``, so no two values share a colour; dropped
+    scale runs from 0 to this draw's largest weight (``1 / (1 - p)`` only if a row's 1.0 survives), so the survivors
+    spread over the whole scale; dropped
     weights are white and crossed out, as in the dropout diagram, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
     """
     attn_weights = attn_weights.detach().cpu()
@@ -113,7 +114,7 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     fig = _spaced(new_figure(12, 4.6, ncols=2))
     drop_ax, sum_ax = fig.axes
     heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
-                      colorbar_label="$\\tilde a_{ij}$ (top: $1/(1-p)$, the largest)")
+                      colorbar_label="$\\tilde a_{ij}$ (top: this draw's largest)")
     heatmap.colorbar.formatter = FormatStrFormatter("%.1f")  # ticks of one width at every p: the layout holds
     cmap = heatmap.image.get_cmap().copy()
     cmap.set_bad("white")  # a dropped weight: white, as in the dropout diagram
@@ -135,7 +136,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         mean_sums = dropout_row_sums(attn_weights, p, _MEAN_DRAWS, torch.Generator().manual_seed(0)).mean(dim=0)
         top = 1 / (1 - p)
         num_dropped = int((visible & ~keep).sum())
-        heatmap.image.set_clim(0.0, top)  # before the update, so every number's colour fits this scale
+        largest = float(dropped.max())  # this draw's largest survivor; all dropped: the largest possible one
+        heatmap.image.set_clim(0.0, largest if largest > 0 else top)  # before the update: numbers' colours fit
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
                                       f"weights dropped, survivors x {top:.2f}")
         heatmap.image.set_data(np.ma.masked_array(dropped.numpy(), mask=(visible & ~keep).numpy()))
