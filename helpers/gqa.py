@@ -112,6 +112,17 @@ class KVCache:
         return self.keys.numel() * self.keys.element_size() + self.values.numel() * self.values.element_size()
 
 
+def check_layer_input(x, d_in: int, cache, cache_source: str = "") -> None:
+    """The checks every cached attention layer makes on its input: ``x`` a float ``(B, T, d_in)`` tensor, ``cache`` a
+    :class:`KVCache` or None (``cache_source`` names where a right one comes from, for the message)."""
+    check_float_tensor("x", x)
+    check_ndim("x", x, (3,), "(batch_size, num_tokens, d_in)")
+    if x.shape[-1] != d_in:
+        raise ValueError(f"x must have last dimension d_in={d_in}, got shape {tuple(x.shape)}")
+    if cache is not None and not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache{cache_source} or None, got {type(cache).__name__}")
+
+
 class GroupedQueryAttention(nn.Module):
     """Causal multi-head attention whose ``H`` query heads share ``H_kv`` key/value heads.
 
@@ -156,12 +167,7 @@ class GroupedQueryAttention(nn.Module):
         return t.view(batch_size, num_tokens, heads, self.head_dim).transpose(1, 2)  # (B, T, h*D) -> (B, h, T, D)
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, return_weights: bool = False):
-        check_float_tensor("x", x)
-        check_ndim("x", x, (3,), "(batch_size, num_tokens, d_in)")
-        if x.shape[-1] != self.d_in:
-            raise ValueError(f"x must have last dimension d_in={self.d_in}, got shape {tuple(x.shape)}")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        check_layer_input(x, self.d_in, cache)
         batch_size, num_new, _ = x.shape
         seen = 0 if cache is None else cache.num_seen
         if seen + num_new > self.context_length:

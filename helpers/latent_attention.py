@@ -31,7 +31,7 @@ from torch import nn
 
 from ._checks import check_float_tensor, check_ndim, check_positive_int, check_probability
 from .attention import scaled_dot_product_attention
-from .gqa import KVCache, decode_mask
+from .gqa import KVCache, check_layer_input, decode_mask
 from .positions import apply_rope
 
 __all__ = ["MultiHeadLatentAttention"]
@@ -118,12 +118,7 @@ class MultiHeadLatentAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, absorbed: bool = False,
                 return_weights: bool = False):
-        check_float_tensor("x", x)
-        check_ndim("x", x, (3,), "(batch_size, num_tokens, d_in)")
-        if x.shape[-1] != self.d_in:
-            raise ValueError(f"x must have last dimension d_in={self.d_in}, got shape {tuple(x.shape)}")
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache from new_cache() or None, got {type(cache).__name__}")
+        check_layer_input(x, self.d_in, cache, cache_source=" from new_cache()")
         if not isinstance(absorbed, bool):
             raise TypeError(f"absorbed must be a bool, got {type(absorbed).__name__}")
         batch_size, num_new, _ = x.shape
