@@ -110,7 +110,7 @@ def training_stepper(run: InductionRun, step: int | None = None) -> LiveFigure:
             heatmap.ax.set_title("\n ")  # room for the two-line titles the redraw writes
             _mark_periods(heatmap.ax, run.watch_period, len(labels))
     fig.suptitle(f"One held-out sequence, period Δ = {run.watch_period} (•: the start token <s>); white lines: "
-                 "where each period starts; grey: the hidden future", fontsize=10)
+                 "where each period starts; grey: the hidden future; scores: means over the held-out batch", fontsize=10)
     loss_ax = fig.add_subplot(grid[num_layers, :])
     loss_ax.plot(run.steps, run.in_context_losses, color="tab:red")
     loss_ax.set(xlabel="training step", ylabel="loss on the\ntokens that repeat", ylim=(0, None))
@@ -213,12 +213,12 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
                   f"L0H{previous_head}: positions only, $P\\, {_w('QK', 0, previous_head)}\\, P^\\top$", "key position j", "query position i",
                   position_ticks, [str(i) for i in position_ticks])
     _matrix_panel(fig, axes[0, 1], qk_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: tokens only, $E\\, {_w('QK', 1, induction_head)}\\, E^\\top$", "key token", "query token", token_ticks, token_names)
+                  f"L1H{induction_head}: tokens only, $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)}\\, E_\\mathrm{{token}}^\\top$", "key token", "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 0], composed_qk_circuit(model, previous_head, induction_head),
-                  f"Key through L0H{previous_head}: $E\\, {_w('QK', 1, induction_head)} (E\\, {_w('OV', 0, previous_head)})^\\top$",
+                  f"Key through L0H{previous_head}: $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)} (E_\\mathrm{{token}}\\, {_w('OV', 0, previous_head)})^\\top$",
                   "token L0H%d wrote at the key" % previous_head, "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 1], ov_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: OV circuit, $E\\, {_w('OV', 1, induction_head)}\\, W_\\mathrm{{unembed}}$", "logit of token", "token attended to",
+                  f"L1H{induction_head}: OV circuit, $E_\\mathrm{{token}}\\, {_w('OV', 1, induction_head)}\\, W_\\mathrm{{unembed}}$", "logit of token", "token attended to",
                   token_ticks, token_names)
     fig.suptitle("Scores (QK) and logits (OV) read off the weights; colour scales centred on 0", fontsize=11)
     return fig
