@@ -60,3 +60,18 @@ def test_the_recall_figure_draws_each_method_and_chance():
     assert labels[:2] == ["softmax", "linear"] and "chance, 1 / N" in labels
     assert list(ax.lines[1].get_ydata()) == [0.9, 0.5, 0.2]
     assert figure_to_png(fig).startswith(b"\x89PNG")
+
+
+def test_crossings_of_the_chosen_model_are_marked_at_the_exact_token():
+    view = cache_memory_explorer(MODELS, LIMITS, "C (latent)", num_tokens=2048)
+    curve_ax = view.fig.axes[0]
+
+    def size(name, tokens):
+        return kv_cache_bytes(**MODELS[name], num_tokens=tokens)
+
+    first = next(t for t in range(1, 131073) if size("C (latent)", t) > size("B (window)", t))   # brute force
+    assert first == 6554                                            # 4,096 x 256 / 160 bytes, rounded up
+    written = [text.get_text() for text in curve_ax.texts if text.get_text().startswith("crosses")]
+    assert written == [f"crosses B (window)\nat {first:,} tokens"]  # and none with A, which C stays below
+    view.controls["model"].value = "A"
+    assert not [text for text in curve_ax.texts if text.get_text().startswith("crosses")]

@@ -28,8 +28,10 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     (``context_limits``), both axes logarithmic, the chosen model bold with a dot at the chosen length. Right: every
     model's cache at the chosen length, batch and format as a dot on a log axis (a dot plot: a bar's length on a log
     axis would mean nothing), in the model's line colour, the chosen one ringed in black; a model that cannot read
-    that far gets no dot, only a dash. A model with a window is drawn dashed, so that its line shows where it
-    lies on another's. A model whose context ends before the second length is one point on the left: it is labelled.
+    that far gets no dot, only a dash. A model with a window is drawn dashed and on top, so that its line shows
+    where it lies on another's; every length at which the chosen model's curve crosses another's is marked and
+    written out (found exactly, token by token, with ``kv_cache_bytes``). A model whose context ends before the
+    second length is one point on the left: it is labelled.
     """
     if not isinstance(models, dict) or not models:
         raise ValueError("models must be a non-empty dict {name: keyword arguments of kv_cache_bytes}")
@@ -47,9 +49,14 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     curve_ax, dots_ax = fig.subplots(1, 2, width_ratios=(1.2, 1))
     colours = {name: f"C{i}" for i, name in enumerate(names)}      # one colour per model, in both panels
     markers = {name: "osD^vph*XP"[i % 10] for i, name in enumerate(names)}
-    lines = {name: curve_ax.plot(CONTEXT_LENGTHS, [1.0] * len(CONTEXT_LENGTHS), marker=markers[name], markersize=5,
+    grid = sorted(set(CONTEXT_LENGTHS) | {round(2 ** (10 + k / 20)) for k in range(141)})   # 1k..128k, dense
+    at_marks = [grid.index(t) for t in CONTEXT_LENGTHS]
+    lines = {name: curve_ax.plot(grid, [1.0] * len(grid), marker=markers[name], markersize=5, markevery=at_marks,
                                  label=name, color=colours[name],
-                                 linestyle="--" if models[name].get("window_size") else "-")[0] for name in names}
+                                 linestyle="--" if models[name].get("window_size") else "-",
+                                 zorder=3 if models[name].get("window_size") else 2)[0] for name in names}
+    crossing_marks, = curve_ax.plot([], [], "X", color="black", markersize=8, zorder=6)
+    crossing_texts = [curve_ax.text(1.0, 1.0, "", fontsize=8, ha="left", va="top", zorder=6) for _ in range(3)]
     single = [name for name in names if context_limits[name] < CONTEXT_LENGTHS[1]]   # a curve of one point
     single_texts = {name: curve_ax.text(CONTEXT_LENGTHS[0] * 1.15, 1.0, f"{name} (context {context_limits[name]:,})",
                                         fontsize=8, va="center", color=colours[name]) for name in single}
@@ -79,13 +86,39 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
                                   dtype=DTYPES[dtype]) / 2**30
         everything = []
         for name, line in lines.items():
-            values = [gib(name, t) if t <= context_limits[name] else float("nan") for t in CONTEXT_LENGTHS]
+            values = [gib(name, t) if t <= context_limits[name] else float("nan") for t in grid]
             line.set_ydata(values)
             line.set_linewidth(3.0 if name == model else 1.2)
             line.set_alpha(1.0 if name == model else 0.6)
             everything += [v for v in values if v == v]
             if name in single_texts:
                 single_texts[name].set_y(values[0])
+        crossings = []
+        for other in names:
+            common = min(context_limits[model], context_limits[other])
+            if other == model:
+                continue
+            for a, b in zip(grid, grid[1:]):
+                if b > common:
+                    break
+                before, after = (gib(model, a) - gib(other, a)), (gib(model, b) - gib(other, b))
+                if before * after < 0:                       # the sign flips between a and b: bisect to the token
+                    while b - a > 1:
+                        middle = (a + b) // 2
+                        if (gib(model, middle) - gib(other, middle)) * before > 0:
+                            a = middle
+                        else:
+                            b = middle
+                    crossings.append((b, other))
+        crossings = crossings[:len(crossing_texts)]
+        crossing_marks.set_data([t for t, _ in crossings], [gib(model, t) for t, _ in crossings])
+        for text, crossing in zip(crossing_texts, crossings + [None] * len(crossing_texts)):
+            if crossing is None:
+                text.set_text("")
+                continue
+            tokens, other = crossing
+            text.set_position((tokens * 1.08, gib(model, tokens) * 0.85))
+            text.set_text(f"crosses {other}\nat {tokens:,} tokens")
         now = [gib(name, num_tokens) for name in names]
         low, high = min(everything + now), max(everything + now)
         curve_ax.set_ylim(low / 2, high * 3)
