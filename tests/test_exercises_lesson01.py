@@ -67,6 +67,27 @@ def test_mixed_scores_names_the_plausible_wrong_answers():
         assert lesson01.mixed_scores.check(wrong).status == "wrong"
 
 
+def test_mixed_scores_names_the_symmetrised_bug():
+    """Comparing with Z Zᵀ shows the buggy answer is not symmetric; averaging it with its transpose is still wrong."""
+    for wrong in (lambda s, a: (a @ s + (a @ s).T) / 2, lambda s, a: (a @ s + s @ a.T) / 2):
+        feedback = lesson01.mixed_scores.check(wrong)
+        assert feedback.status == "wrong" and "averaged" in feedback.message
+
+
+def test_the_comparison_the_lesson_suggests_exposes_the_bug():
+    """The lesson runs the buggy code on section 2's example and compares it with Z Zᵀ: they must differ, and
+    only where a token blends nothing but itself ("Hello", column 0) may they agree."""
+    import helpers
+
+    _, hello_inputs = helpers.hello_shiny_sun()
+    attn_weights = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [1 / 3, 1 / 3, 1 / 3]])  # section 2's A
+    context_vecs = attn_weights @ hello_inputs
+    buggy = lesson01.buggy_mixed_scores(hello_inputs @ hello_inputs.T, attn_weights)
+    agree = torch.isclose(buggy, context_vecs @ context_vecs.T)
+    assert agree[:, 0].all() and not agree[:, 1:].any()
+    assert not torch.allclose(buggy, buggy.T)
+
+
 def test_the_statements_do_not_give_the_answers_away():
     task = lesson01.mixed_scores.task
     for answer in ("wrong matrix", "Aᵀ", "A S A", "attn_weights.T", "transpose"):

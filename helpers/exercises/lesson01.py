@@ -163,5 +163,8 @@ mixed_scores = SpotTheBug(
         Mistake(lambda s, a: a.T @ s @ a,
                 "the transposes are on the wrong side: Z = A X puts A on the left of X, so the left factor is A "
                 "itself."),
+        Mistake(lambda s, a: (a @ s + s @ a.T) / 2,
+                "you averaged the buggy answer with its transpose. That makes it symmetric, but each half still "
+                "blends one side only, the queries or the keys; a score of two blended tokens blends both."),
     ],
 )
