@@ -605,8 +605,9 @@ fused_qkv_bug = SpotTheBug(
     "out_proj. The code runs, every shape is right, and with one head it is even correct. Find the bug and fix it.",
     reference=_reference_fused,
     cases=_fused_cases,
-    hint=["Compare one head with two on a small input: with one head it is right. What does a second head "
-          "change?",
+    hint=["Probe it with two heads: the first d_out features of x @ qkv_weight.T are the queries, so head 1's "
+          "first query feature is feature head_dim. Print it next to queries[:, 1, :, 0] inside the function: "
+          "are they the same numbers?",
           "Write the 3*d_out features of one token as blocks: which features are queries, and which of them are "
           "head 1's? Then ask which features the view hands to head 1 as its query."],
     solution=_solution_fused_heads,
