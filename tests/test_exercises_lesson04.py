@@ -202,6 +202,39 @@ def test_causal_on_paper_checks_large_very_negative_and_single_token_inputs():
     assert "above 100" in task and "below -100" in task and "d_v" in task and "heads" in task   # rules stated
 
 
+def _notebook_cell_of_exercise_2():
+    import json
+    from pathlib import Path
+
+    nb = json.loads((Path(__file__).parents[1] / "notebooks" / "04_causal_attention.ipynb").read_text(encoding="utf-8"))
+    return next("".join(c["source"]) for c in nb["cells"]
+                if c["cell_type"] == "code" and "lesson04.causal_on_paper.check(" in "".join(c["source"]))
+
+
+def test_the_notebook_cell_holds_the_same_buggy_code():
+    """Exercise 2 gives the buggy code in the cell the learner edits: it must be the bug the checker knows."""
+    import inspect
+
+    cell = _notebook_cell_of_exercise_2()
+    body = [line.strip() for line in cell.splitlines()[1:] if line.startswith("    ") and "raise" not in line]
+    buggy = [line.strip() for line in inspect.getsource(lesson04.buggy_causal_attention).splitlines()[1:]]
+    assert body == buggy
+    assert "raise NotImplementedError  # delete this line" in cell and ".show()" not in cell
+
+
+def test_the_shipped_cell_is_not_done_until_the_placeholder_goes_then_names_the_bug():
+    """A learner who deletes the placeholder line and hands the code in unchanged is told what the bug is."""
+    cell = _notebook_cell_of_exercise_2()
+    definition = cell.split("\n\n\n")[0]                          # the def, without the check call
+    namespace = {"torch": torch}
+    exec(definition, namespace)
+    assert lesson04.causal_on_paper.check(namespace["causal_attention"]).status == "not done"
+    exec(definition.replace("    raise NotImplementedError  # delete this line, then fix the code below\n", ""),
+         namespace)
+    feedback = lesson04.causal_on_paper.check(namespace["causal_attention"])
+    assert not feedback and "set to 0" in feedback.message, feedback.message
+
+
 @pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
 def test_causal_on_paper_explains_answers_with_infinities_or_nan(spoil):
     def spoiled(q, k, v):
