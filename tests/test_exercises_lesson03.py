@@ -34,14 +34,14 @@ def test_hints_do_not_hold_the_answer(exercise):
 
 # --- 1. one matrix behind the scores ----------------------------------------------------------------------
 def test_query_key_matrix_gives_the_lesson_scores():
-    """W_qk from the model answer reproduces S / sqrt(d_k) of the lesson's journey example, and is not symmetric."""
+    """W_QK from the model answer reproduces S / sqrt(d_k) of the lesson's journey example, and is not symmetric."""
     import helpers
     _, inputs = helpers.your_journey()
     torch.manual_seed(123)
     W_query, W_key = torch.rand(3, 2), torch.rand(3, 2)
-    W_qk = lesson03._solution_query_key_matrix(W_query, W_key)
-    assert W_qk.shape == (3, 3) and not torch.allclose(W_qk, W_qk.T)
-    torch.testing.assert_close(inputs @ W_qk @ inputs.T, (inputs @ W_query) @ (inputs @ W_key).T / math.sqrt(2))
+    W_QK = lesson03._solution_query_key_matrix(W_query, W_key)
+    assert W_QK.shape == (3, 3) and not torch.allclose(W_QK, W_QK.T)
+    torch.testing.assert_close(inputs @ W_QK @ inputs.T, (inputs @ W_query) @ (inputs @ W_key).T / math.sqrt(2))
 
 
 def test_query_key_matrix_accepts_other_right_forms():
@@ -190,6 +190,15 @@ def _unscaled(x, c_attn_weight):
     return torch.softmax(queries @ keys.T, dim=-1) @ values
 
 
+def _causal_like_gpt2(x, c_attn_weight):
+    """Wrong here: GPT-2 masks the future, but the task asks for one SelfAttention_v2, which does not."""
+    queries, keys, values = (x @ c_attn_weight).chunk(3, dim=-1)
+    num_tokens = x.shape[0]
+    mask = torch.triu(torch.ones(num_tokens, num_tokens), diagonal=1).bool()
+    scores = (queries @ keys.T / math.sqrt(keys.shape[-1])).masked_fill(mask, -torch.inf)
+    return torch.softmax(scores, dim=-1) @ values
+
+
 def _wrong_split_axis(x, c_attn_weight):
     W_query, W_key, W_value = c_attn_weight.chunk(3, dim=0)
     return helpers.scaled_dot_product_attention(x @ W_query, x @ W_key, x @ W_value)[0]
@@ -205,6 +214,7 @@ def _wrong_split_axis(x, c_attn_weight):
     (_naive_softmax, "nan"),
     (_softmax_over_queries, "values are not"),
     (_unscaled, "values are not"),
+    (_causal_like_gpt2, "causal attention"),
     (_wrong_split_axis, "raised"),
 ])
 def test_gpt2_weights_names_each_wrong_answer(wrong, words):
@@ -222,6 +232,13 @@ def test_gpt2_weights_has_a_square_case_first_and_a_sharply_peaked_one():
                                 / math.sqrt(c.args[1].shape[1] // 3), dim=-1).max(dim=-1).values.min().item()
                   for c in cases)
     assert largest > 0.999 and all(torch.isfinite(p).all() for p in peaked)
+
+
+def test_the_exercise_texts_use_the_card_names():
+    """The notation card calls W_q W_kᵀ / sqrt(d_k) W_QK; exercise 2 says its weights only share GPT-2's layout."""
+    assert "W_QK" in lesson03.query_key_matrix.task and "W_qk" not in lesson03.query_key_matrix.task
+    assert all("W_qk" not in m.message for m in lesson03.query_key_matrix.mistakes)
+    assert "small random weights" in GPT2.task and "attn.c_attn.weight" in GPT2.task
 
 
 def test_gpt2_weights_task_does_not_point_at_the_bug():

@@ -16,9 +16,8 @@ from torch import nn
 import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
 from helpers.live import lesson03 as lesson03_live
-from helpers.live.lesson03 import (LABEL_WIDTH, init_side_by_side, init_stats, init_study, init_table, reverse_all_dims,
-                                   saturation, saturation_table, steps_table, train_inits, training_explorer,
-                                   weights_side_by_side)
+from helpers.live.lesson03 import (LABEL_WIDTH, init_side_by_side, init_stats, init_table, reverse_all_dims,
+                                   saturation, train_inits, trained_table, training_explorer, weights_side_by_side)
 from helpers.source import source_excerpt
 from helpers.plotting import figure_to_png
 
@@ -206,11 +205,19 @@ def test_init_table_says_what_the_lesson_says():
         assert round(rows[d_in, "torch.rand"].largest, 2) == 1.00          # one-hot rows
         assert rows[d_in, "torch.rand"].spread > 10
     for d_in in (3, 32, 256):
-        assert rows[d_in, "nn.Linear"].spread < 0.1                        # "the spread stays below 0.1"
+        assert rows[d_in, "nn.Linear"].spread < 0.1                        # the spread stays small
         assert abs(rows[d_in, "nn.Linear"].largest - 1 / 6) < 0.02         # near uniform
     assert rows[256, "torch.rand"].spread > rows[32, "torch.rand"].spread > rows[3, "torch.rand"].spread
-    text = init_table(INITS, widths=(3, 32))
-    assert text.splitlines()[0].startswith(" d_in") and len(text.splitlines()) == 5
+
+
+def test_init_table_is_one_column_per_init_that_says_its_scales():
+    lines = init_table(INITS, widths=(3, 32)).splitlines()
+    assert lines[0].split() == ["torch.rand", "nn.Linear"] and len(lines) == 6
+    assert "untrained, d_k = 2," in lines[1]
+    rows = {" ".join(line[:LABEL_WIDTH].split()): line[LABEL_WIDTH:].split() for line in lines[2:]}
+    assert rows["spread (std) of S/√d_k d_in = 3"] == ["0.39", "0.07"]
+    largest = rows["(1.00: one-hot; 0.17: uniform) d_in = 32"]                   # the row says its scale
+    assert largest[0] == "1.00" and float(largest[1]) < 0.2                           # one-hot vs near uniform
 
 
 def test_init_measurements_leave_the_random_stream_alone():
@@ -241,28 +248,26 @@ def test_saturation_explains_the_stall(task):
     saturation(runs["SelfAttention_v1", 0].model, task)
     assert all(g is None or torch.equal(g, h) for g, h in                   # .grad fields untouched
                zip(grads, [p.grad for p in runs["SelfAttention_v1", 0].model.parameters()]))
-    lines = saturation_table(task, INITS, runs, seed=0).splitlines()
-    assert len(lines) == 4 and "< 1e-12" in lines[2] and lines[2].startswith("torch.rand")
-    assert lines[3].split()[1:3] == ["0%", "0%"]
 
 
-def test_init_study_is_one_table_that_says_what_the_lesson_says(task):
-    lines = init_study(task, INITS, widths=(3, 32), seeds=(0,)).splitlines()
-    assert lines[0].split() == ["torch.rand", "nn.Linear"] and len(lines) == 12
-    rows = {" ".join(line[:LABEL_WIDTH].split()): line[LABEL_WIDTH:].split() for line in lines
-            if len(line) > LABEL_WIDTH}
-    assert rows["spread (std) of S/√d_k d_in = 3"] == ["0.39", "0.07"]
-    largest = rows["(1.00: one-hot; 0.17: uniform) d_in = 32"]                   # the row says its scale
-    assert largest[0] == "1.00" and float(largest[1]) < 0.2                           # one-hot vs near uniform
-    assert "untrained, d_k = 2," in lines[1] and "d_in = 32, d_k = 6, 200 steps" in lines[6]  # d_k of each half
-    assert rows["steps, to 10, until mean weight on target ≥ 0.9"][0] == "never"   # torch.rand stalls ...
-    assert rows["steps, to 10, until mean weight on target ≥ 0.9"][1].isdigit()    # ... nn.Linear learns
-    assert float(rows["final loss (ln 6 = 1.79: blind guess)"][0]) > 1.7
-    assert rows["rows of A exactly one-hot"] == ["94%", "->", "100%", "0%", "->", "0%"]
-    assert "< 1e-12" in " ".join(rows["gradient norm that reaches W_q"][:4])
+def test_trained_table_is_one_row_per_init_that_says_what_the_lesson_says(task):
+    inits = {**INITS, "positive": helpers.SelfAttention_v1}  # any number of classes, each its own row
+    lines = trained_table(task, inits, seeds=(0,)).splitlines()
+    assert "d_in = 32, d_k = 6, 200 steps, seeds 0" in lines[0]              # what was trained
+    assert "seed 0, on a fresh batch, untrained -> trained" in lines[1]
+    header = " ".join(" ".join(lines[1:4]).split())
+    for words in ("weight on target ≥ 0.9", "ln 6 = 1.79", "exactly", "gradient norm", "W_q"):
+        assert words in header, words
+    rows = {line.split()[0]: line.split()[1:] for line in lines[4:]}
+    assert list(rows) == ["torch.rand", "nn.Linear", "positive"]
+    assert rows["torch.rand"][0] == "never" and float(rows["torch.rand"][1]) > 1.7   # stalls near a blind guess
+    assert rows["torch.rand"][2:5] == ["94%", "->", "100%"] and rows["torch.rand"][-2:] == ["<", "1e-12"]
+    assert rows["nn.Linear"][0].isdigit() and float(rows["nn.Linear"][1]) < 0.1      # learns the task
+    assert rows["nn.Linear"][2:5] == ["0%", "->", "0%"]
+    assert rows["positive"] == rows["torch.rand"]                                     # same class, same numbers
 
 
-def test_init_study_trains_on_one_thread_and_gives_the_caller_its_threads_back(task, monkeypatch):
+def test_train_inits_trains_on_one_thread_and_gives_the_caller_its_threads_back(task, monkeypatch):
     seen = []
     real = lesson03_live.train_attention
     monkeypatch.setattr(lesson03_live, "train_attention",
@@ -274,9 +279,10 @@ def test_init_study_trains_on_one_thread_and_gives_the_caller_its_threads_back(t
 
 
 @pytest.mark.parametrize("call, error", [
-    (lambda: init_study(helpers.PreviousTokenTask(), INITS, seeds=()), ValueError),
-    (lambda: init_study(helpers.PreviousTokenTask(), {"only": helpers.SelfAttention_v1}), TypeError),
-    (lambda: init_table({"only": helpers.SelfAttention_v1}), TypeError),
+    (lambda: trained_table(helpers.PreviousTokenTask(), INITS, seeds=()), ValueError),
+    (lambda: trained_table(helpers.PreviousTokenTask(), {}), TypeError),
+    (lambda: init_table({"only": 3}), TypeError),
+    (lambda: init_side_by_side({"only": helpers.SelfAttention_v1}), TypeError),
     (lambda: init_side_by_side({"a": helpers.SelfAttention_v1, "b": 3}), TypeError),
     (lambda: saturation(helpers.SelfAttention_v2(32, 6), "task"), TypeError),
 ])
@@ -292,14 +298,6 @@ def test_reverse_all_dims_reports_the_shape_and_the_warning():
     assert reverse_all_dims(torch.zeros(3, 6, 2))[1]          # a second call still answers (PyTorch warns once)
     with pytest.raises(TypeError, match="three or more"):
         reverse_all_dims(torch.zeros(6, 2))
-
-
-def test_steps_table_prints_one_line_per_seed(task):
-    runs = train_inits(task, INITS, seeds=(0,))
-    assert set(runs) == {("SelfAttention_v1", 0), ("SelfAttention_v2", 0)}
-    header, row = steps_table(runs, INITS, seeds=(0,)).splitlines()
-    assert header.startswith("seed   SelfAttention_v1 (torch.rand)") and "SelfAttention_v2 (nn.Linear)" in header
-    assert row.startswith("   0   never reaches 0.9;") and "0.9 after ~" in row  # v1 stalls, v2 learns
 
 
 def test_the_training_excerpt_the_lesson_prints_is_self_contained():

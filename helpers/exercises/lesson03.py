@@ -1,9 +1,10 @@
 """Exercises for notebook 03: trainable queries, keys and values.
 
-1. ``query_key_matrix``: derive the one ``(d_in, d_in)`` matrix ``W_qk`` behind the scaled scores,
-   ``S / sqrt(d_k) = X W_qk X^T`` (the lesson never forms ``W_q W_k^T``).
-2. ``gpt2_weights``: spot the bug in code that loads GPT-2's fused ``c_attn`` weight, ``(d_in, 3 d_out)`` with the
-   query, key and value blocks side by side, into a ``SelfAttention_v2``. The blocks are ``(d_in, d_out)``,
+1. ``query_key_matrix``: derive the one ``(d_in, d_in)`` matrix ``W_QK`` behind the scaled scores,
+   ``S / sqrt(d_k) = X W_QK X^T`` (the lesson never forms ``W_q W_k^T``; notebook 12 reads heads through it).
+2. ``gpt2_weights``: spot the bug in code that loads a fused weight laid out as GPT-2's checkpoint keeps each layer's
+   ``attn.c_attn.weight``, ``(d_in, 3 d_out)`` with the query, key and value blocks side by side, into a
+   ``SelfAttention_v2`` (the cases are small random tensors in that layout; no bias, one head, no mask). The blocks are ``(d_in, d_out)``,
    ``nn.Linear`` keeps ``(d_out, d_in)``: without the transpose the code still runs on GPT-2's square layers. A real
    mistake: nanoGPT's ``GPT.from_pretrained`` transposes exactly these weights when it imports them.
 """
@@ -22,7 +23,7 @@ from .core import Case, FunctionExercise, Mistake, SpotTheBug
 __all__ = ["query_key_matrix", "gpt2_weights"]
 
 
-# --- 1. one matrix behind the scores: S / sqrt(d_k) = X W_qk X^T --------------------------------------------------
+# --- 1. one matrix behind the scores: S / sqrt(d_k) = X W_QK X^T --------------------------------------------------
 def _qk_cases(g: torch.Generator) -> list[Case]:
     # d_in and d_k differ in the first case, so a (d_k, d_k) answer or a scale by sqrt(d_in) shows at once
     return [Case(f"W_query and W_key of shape ({d_in}, {d_k})", (randn(g, d_in, d_k), randn(g, d_in, d_k)))
@@ -30,20 +31,20 @@ def _qk_cases(g: torch.Generator) -> list[Case]:
 
 
 def _reference_qk(W_query, W_key):
-    # the matrix W_qk for which X W_qk X^T gives the scaled scores of any X
+    # the matrix W_QK for which X W_QK X^T gives the scaled scores of any X
     return W_query @ W_key.transpose(0, 1) / math.sqrt(W_key.shape[1])
 
 
 def _solution_query_key_matrix(W_query, W_key):
-    # S = Q K^T = (X W_q)(X W_k)^T = X (W_q W_k^T) X^T: the two X's stay outside, W_qk sits between them
+    # S = Q K^T = (X W_q)(X W_k)^T = X (W_q W_k^T) X^T: the two X's stay outside, W_QK sits between them
     d_k = W_key.shape[1]
     return W_query @ W_key.T / math.sqrt(d_k)           # (d_in, d_k) @ (d_k, d_in) -> (d_in, d_in)
 
 
 query_key_matrix = FunctionExercise(
     "One matrix behind the scores",
-    "write query_key_matrix(W_query, W_key) returning the (d_in, d_in) matrix W_qk for which the scaled scores "
-    "are S / sqrt(d_k) = X W_qk Xᵀ, for every X of shape (num_tokens, d_in). W_query and W_key are (d_in, d_k), as "
+    "write query_key_matrix(W_query, W_key) returning the (d_in, d_in) matrix W_QK for which the scaled scores "
+    "are S / sqrt(d_k) = X W_QK Xᵀ, for every X of shape (num_tokens, d_in). W_query and W_key are (d_in, d_k), as "
     "in SelfAttention_v1.",
     reference=_reference_qk,
     cases=_qk_cases,
@@ -57,7 +58,7 @@ query_key_matrix = FunctionExercise(
         Mistake(lambda wq, wk: wq @ wk.T,
                 "your matrix gives the scores S themselves. The task asks for the scaled scores, S / sqrt(d_k)."),
         Mistake(lambda wq, wk: wk @ wq.T / math.sqrt(wk.shape[1]),
-                "your matrix is the transpose of the right one: X W_qk Xᵀ then gives Sᵀ, whose row i holds the "
+                "your matrix is the transpose of the right one: X W_QK Xᵀ then gives Sᵀ, whose row i holds the "
                 "scores of key i. Row i of S belongs to query i."),
         Mistake(lambda wq, wk: wq.T @ wk / math.sqrt(wk.shape[1]),
                 "your matrix is (d_k, d_k). It must sit between X (num_tokens, d_in) and Xᵀ (d_in, num_tokens), so "
@@ -114,6 +115,15 @@ def _solution_gpt2_self_attention(x, c_attn_weight):
         return attention(x)
 
 
+def _causal(x, c_attn_weight):
+    """The right answer with GPT-2's causal mask added: each token sees only itself and the tokens before it."""
+    W_query, W_key, W_value = _blocks(c_attn_weight)
+    queries, keys = x @ W_query, x @ W_key
+    scores = queries @ keys.transpose(0, 1) / math.sqrt(keys.shape[-1])                # (T, T)
+    future = torch.ones_like(scores, dtype=torch.bool).triu(diagonal=1)                # True above the diagonal
+    return torch.softmax(scores.masked_fill(future, float("-inf")), dim=-1) @ (x @ W_value)
+
+
 def _with_blocks(order=(0, 1, 2), rows=False):
     """The right answer, except that the blocks are taken in another ``order`` or cut as consecutive rows."""
     def wrong(x, c_attn_weight):
@@ -127,10 +137,11 @@ def _with_blocks(order=(0, 1, 2), rows=False):
 gpt2_weights = SpotTheBug(
     "Spot the bug: loading GPT-2's weights",
     "gpt2_self_attention(x, c_attn_weight) should return the context vectors (num_tokens, d_out) of "
-    "self-attention for x (num_tokens, d_in), with the query, key and value matrices that GPT-2's checkpoint "
-    "stores side by side in c_attn_weight (d_in, 3 * d_out): columns [W_q | W_k | W_v], each (d_in, d_out) as in "
-    "SelfAttention_v1. The code given loads them into a SelfAttention_v2 and has one bug: find it and fix it. "
-    "Any fix that returns the right context vectors passes.",
+    "self-attention for x (num_tokens, d_in), as one SelfAttention_v2 computes them, with the query, key and value "
+    "matrices side by side in c_attn_weight (d_in, 3 * d_out), the layout of GPT-2's attn.c_attn.weight: columns "
+    "[W_q | W_k | W_v], each (d_in, d_out) as in SelfAttention_v1. The code given loads them into a "
+    "SelfAttention_v2 and has one bug: find it and fix it. It is checked on small random weights in this layout; "
+    "any fix that returns the right context vectors passes.",
     reference=_reference_gpt2,
     cases=_gpt2_cases,
     hint=["Write the shape next to every line. Which shape does each block of c_attn_weight have, and which "
@@ -153,5 +164,9 @@ gpt2_weights = SpotTheBug(
                 "each d_out columns wide."),
         Mistake(_with_blocks(order=(0, 0, 2)),
                 "your keys are made with W_q: the second block of c_attn_weight is W_k."),
+        Mistake(_causal,
+                "your context vectors are those of causal attention: each token sees only itself and the tokens "
+                "before it. GPT-2 masks the future (notebook 04), but the task asks for what one SelfAttention_v2 "
+                "computes, with no mask."),
     ],
 )

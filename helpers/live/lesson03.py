@@ -4,11 +4,12 @@
   weights at that step on the left, the loss and the mean weight on the target key on the right.
 * ``weights_side_by_side``: two weight matrices on the same fixed 0..1 scale, with one colour bar for both.
 * ``reverse_all_dims(x)``: what ``x.T`` does to a batch (the shape, and the first sentence of PyTorch's warning).
-* The initialisation deep dive: ``init_table`` (how far the scaled scores spread, how peaked the weights are, for
-  growing input widths), ``init_side_by_side`` (the two initialisations' weights in one picture) and
-  ``saturation_table`` (why a saturated softmax stops training: rows that are exactly one-hot, and the gradient
-  that reaches ``W_query``), ``train_inits`` and ``steps_table`` (both classes trained on the task, for a few
-  seeds, and how many steps each needs); ``init_study`` gathers all of them in one table, one column per class.
+* The initialisation deep dive: ``init_table`` (untrained: how far the scaled scores spread, how peaked the
+  weights are, for growing input widths, one column per class), ``init_side_by_side`` (two initialisations'
+  weights in one picture), ``train_inits`` (each class trained on the task, for a few seeds) and ``trained_table``
+  (one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and why a saturated
+  softmax stalls training: rows that are exactly one-hot, the gradient that reaches ``W_query``, via
+  ``saturation``).
 
 The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
 ``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
@@ -31,11 +32,12 @@ from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "saturation_table", "train_inits", "steps_table", "init_study"]
+           "init_side_by_side", "saturation", "train_inits", "trained_table"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
-LABEL_WIDTH = 50  # the row labels of init_study's table
+LABEL_WIDTH = 50  # the row labels of init_table
+CELL_WIDTH = 22   # one column of init_table
 
 
 def weights_side_by_side(left: torch.Tensor, right: torch.Tensor, labels: Sequence[str],
@@ -118,9 +120,11 @@ def reverse_all_dims(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
 
 
 # --- the initialisation deep dive -------------------------------------------------------------------------------
-def _check_inits(inits) -> None:
-    if not isinstance(inits, Mapping) or len(inits) != 2:
-        raise TypeError("inits must be a dict of two entries, {name: module class}, e.g. "
+def _check_inits(inits, exactly: int | None = 2) -> None:
+    """``inits`` must be a dict {name: module class}, of ``exactly`` entries (None: one or more)."""
+    if not isinstance(inits, Mapping) or not inits or (exactly is not None and len(inits) != exactly):
+        count = f"{exactly} entries" if exactly is not None else "one or more entries"
+        raise TypeError(f"inits must be a dict of {count}, {{name: module class}}, e.g. "
                         "{'torch.rand': SelfAttention_v1, 'nn.Linear': SelfAttention_v2}")
     for name, cls in inits.items():
         if not (isinstance(cls, type) and issubclass(cls, nn.Module)):
@@ -162,7 +166,7 @@ class InitStats:
 def init_stats(inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256), d_out: int = 2,
                seed: int = 123, device=None) -> list[InitStats]:
     """Untrained modules (built under ``torch.manual_seed(seed)``) on six random positive inputs per width."""
-    _check_inits(inits)
+    _check_inits(inits, exactly=None)
     rows = []
     for d_in in widths:
         x = _random_embeddings(d_in).to(device)
@@ -179,10 +183,21 @@ def init_stats(inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256), 
 
 def init_table(inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256), d_out: int = 2,
                seed: int = 123, device=None) -> str:
-    """:func:`init_stats` as a table, one line per width and initialisation (two decimals)."""
-    lines = [" d_in  init        spread of S/√d_k   largest a_ij per row (mean)"]
-    for row in init_stats(inits, widths, d_out, seed, device):
-        lines.append(f"{row.d_in:5d}  {row.init:<10}  {row.spread:16.2f}   {row.largest:20.2f}")
+    """:func:`init_stats` as a table, one column per class of ``inits`` (two decimals): the spread (std) of
+    ``S / sqrt(d_k)`` and the mean of each row's largest weight, one line per width."""
+    names = list(inits)
+    stats = {(row.d_in, row.init): row for row in init_stats(inits, widths, d_out, seed, device)}
+
+    def line(label: str, cells: Sequence[str]) -> str:
+        return f"{label:<{LABEL_WIDTH}}" + "".join(f"{cell:<{CELL_WIDTH}}" for cell in cells).rstrip()
+
+    lines = [line("", names), f"untrained, d_k = {d_out}, on six random positive inputs:"]
+    for what, attribute in ((("spread (std) of S/√d_k",), "spread"),
+                            (("largest a_ij per row, mean", "(1.00: one-hot; 0.17: uniform)"), "largest")):
+        for index, d_in in enumerate(widths):
+            text = what[index] if index < len(what) else ""
+            label = f"  {text:<{LABEL_WIDTH - 14}}d_in = {d_in:>3}"
+            lines.append(line(label, [f"{getattr(stats[d_in, name], attribute):.2f}" for name in names]))
     return "\n".join(lines)
 
 
@@ -223,23 +238,6 @@ def _grad_text(value: float) -> str:
     return "< 1e-12" if value < 1e-12 else f"{value:.0e}"  # one digit: CPU and GPU agree on it
 
 
-def saturation_table(task: PreviousTokenTask, inits: Mapping[str, type],
-                     runs: Mapping[tuple[str, int], TrainingRun], seed: int = 0) -> str:
-    """For each class: :func:`saturation` of its untrained module (built as ``train_attention`` builds it, under
-    ``seed``) and of the module ``runs[(cls.__name__, seed)]`` after training."""
-    _check_inits(inits)
-    lines = ["init         rows of A exactly one-hot        gradient norm of W_q",
-             "             step 0    after training         step 0    after training"]
-    for name, cls in inits.items():
-        trained = runs[cls.__name__, seed].model
-        device = _query_weight(trained).device
-        before = saturation(_build(cls, task.d_in, len(task.vocab), seed, device), task)
-        after = saturation(trained, task)
-        lines.append(f"{name:<11}  {before[0]:6.0%}    {after[0]:6.0%}                 "
-                     f"{_grad_text(before[1]):<9} {_grad_text(after[1])}")
-    return "\n".join(lines)
-
-
 def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
                 device=None, num_steps: int = 200) -> dict[tuple[str, int], TrainingRun]:
     """``train_attention(task, cls, seed=seed, num_steps=num_steps)`` for every class of ``inits`` and every
@@ -247,76 +245,41 @@ def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seque
     (:func:`helpers.training.one_thread`: the models are so small that handing their products between threads costs
     more than the arithmetic; on a busy two-core machine the six runs took 168 s of wall time on two threads, 15 s
     on one)."""
-    _check_inits(inits)
+    _check_inits(inits, exactly=None)
     with one_thread():
         return {(cls.__name__, seed): train_attention(task, cls, seed=seed, num_steps=num_steps, device=device)
                 for seed in seeds for cls in inits.values()}
 
 
-def steps_table(runs: Mapping[tuple[str, int], TrainingRun], inits: Mapping[str, type],
-                seeds: Sequence[int] = (0, 1, 2), level: float = 0.9) -> str:
-    """One line per seed: for each class, after how many steps (rounded to 10) the probe's mean weight on the
-    target key first reaches ``level``, and the final loss."""
-    _check_inits(inits)
-    lines = ["seed   " + "".join(f"{cls.__name__} ({name})".ljust(38) for name, cls in inits.items()).rstrip()]
-    for seed in seeds:
-        cells = []
-        for cls in inits.values():
-            run = runs[cls.__name__, seed]
-            reached, final = run.steps_to_reach(level), f"final loss {run.losses[-1]:.2f}"
-            cells.append(f"never reaches {level}; {final}" if reached is None
-                         else f"{level} after ~{round(reached, -1)} steps; {final}")
-        lines.append(f"{seed:4d}   " + "".join(cell.ljust(38) for cell in cells).rstrip())
-    return "\n".join(lines)
-
-
-def init_study(task: PreviousTokenTask, inits: Mapping[str, type], widths: Sequence[int] = (3, 32, 256),
-               seeds: Sequence[int] = (0, 1, 2), level: float = 0.9, d_out: int = 2, num_steps: int = 200,
-               device=None) -> str:
-    """The initialisation deep dive in one table, one column per class of ``inits``.
-
-    Untrained (:func:`init_stats`, on six random positive inputs per width in ``widths``): the spread of
-    ``S / sqrt(d_k)`` and the mean of each row's largest weight. Trained on ``task`` for ``num_steps`` steps once
-    per seed (:func:`train_inits`): the steps until the probe's mean weight on the target key first reaches
-    ``level`` (rounded to 10) and the final loss; for the first seed, :func:`saturation` at step 0 and after training (the
-    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``).
-    """
-    _check_inits(inits)
+def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
+                  level: float = 0.9, num_steps: int = 200, device=None) -> str:
+    """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in one table, one row per
+    class: after how many steps (rounded to 10) the probe's mean weight on the target key first reaches ``level``,
+    and the final loss, seed by seed; for the first seed, :func:`saturation` at step 0 and after training (the
+    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``)."""
+    _check_inits(inits, exactly=None)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
-    names = list(inits)
-    stats = {(row.d_in, row.init): row for row in init_stats(inits, widths, d_out, device=device)}
     runs = train_inits(task, inits, seeds, device, num_steps)
-    first = seeds[0]
+    first, vocab_size = seeds[0], len(task.vocab)
+    widths = (12, 24, 20, 20)  # name, steps, final loss, one-hot; the gradient last
 
-    def line(label: str, cells: Sequence[str]) -> str:
-        return f"{label:<{LABEL_WIDTH}}" + "".join(f"{cell:<22}" for cell in cells).rstrip()
+    def line(cells: Sequence[str]) -> str:
+        return ("".join(f"{cell:<{width}}" for cell, width in zip(cells, widths)) + cells[-1]).rstrip()
 
-    lines = [line("", names), f"untrained, d_k = {d_out}, on six random positive inputs:"]
-    for what, attribute in ((("spread (std) of S/√d_k",), "spread"),
-                            (("largest a_ij per row, mean", "(1.00: one-hot; 0.17: uniform)"), "largest")):
-        for index, d_in in enumerate(widths):
-            text = what[index] if index < len(what) else ""
-            label = f"  {text:<{LABEL_WIDTH - 14}}d_in = {d_in:>3}"
-            lines.append(line(label, [f"{getattr(stats[d_in, name], attribute):.2f}" for name in names]))
     seed_text = ", ".join(str(seed) for seed in seeds)
-    lines.append(f"trained on the task, d_in = {task.d_in}, d_k = {len(task.vocab)}, {num_steps} steps, "
-                 f"seeds {seed_text}:")
-    steps, losses = [], []
-    for cls in inits.values():
+    lines = [f"trained on the task, d_in = {task.d_in}, d_k = {vocab_size}, {num_steps} steps, seeds {seed_text}",
+             line(["", "steps until mean", "final loss", f"seed {first}, on a fresh batch, untrained -> trained:", ""]),
+             line(["", f"weight on target ≥ {level}", f"(ln {vocab_size} = {math.log(vocab_size):.2f}:",
+                   "rows of A exactly", "gradient norm"]),
+             line(["init", "(to 10)", "blind guess)", "one-hot", "that reaches W_q"])]
+    for name, cls in inits.items():
         reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
-        steps.append(", ".join("never" if r is None else str(round(r, -1)) for r in reached))
-        losses.append(", ".join(f"{runs[cls.__name__, seed].losses[-1]:.2f}" for seed in seeds))
-    lines.append(line(f"  steps, to 10, until mean weight on target ≥ {level}", steps))
-    lines.append(line(f"  final loss (ln {len(task.vocab)} = {math.log(len(task.vocab)):.2f}: blind guess)", losses))
-    one_hot, gradient = [], []
-    for cls in inits.values():
+        steps = ", ".join("never" if r is None else str(round(r, -1)) for r in reached)
+        losses = ", ".join(f"{runs[cls.__name__, seed].losses[-1]:.2f}" for seed in seeds)
         trained = runs[cls.__name__, first].model
-        untrained = _build(cls, task.d_in, len(task.vocab), first, _query_weight(trained).device)
+        untrained = _build(cls, task.d_in, vocab_size, first, _query_weight(trained).device)
         (hot_0, grad_0), (hot_1, grad_1) = saturation(untrained, task), saturation(trained, task)
-        one_hot.append(f"{hot_0:.0%} -> {hot_1:.0%}")
-        gradient.append(f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}")
-    lines.append(f"seed {first}, on a fresh batch, untrained -> trained:")
-    lines.append(line("  rows of A exactly one-hot", one_hot))
-    lines.append(line("  gradient norm that reaches W_q", gradient))
+        lines.append(line([name, steps, losses, f"{hot_0:.0%} -> {hot_1:.0%}",
+                           f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}"]))
     return "\n".join(lines)
