@@ -222,8 +222,12 @@ def direct_logit_attribution(model: InductionModel, token_ids: torch.Tensor
 
     The final stream is a sum: the embeddings (token plus position), every head's output (``"L0H1"``, ...) and
     the biases of ``W_o``; the read-out is linear, so the logits are the sum of each piece times ``W_unembed``,
-    with the read-out's own bias counted in ``"biases"``. ``parts.sum(0)`` equals ``model(token_ids)``. A layer-0
-    head's part is only its *direct* path: what it changes through layer 1 is counted in layer 1's heads.
+    with the read-out's own bias counted in ``"biases"``. ``parts.sum(0)`` equals ``model(token_ids)`` (the model has
+    no final LayerNorm to divide by). Each head's part uses its actual weights on ``token_ids``. A layer-0 head's part
+    is only its *direct* path; a layer-1 head's part, ``sum_j a_ij x1_j W_OV``, reads the whole stream ``x1`` through
+    its values, so it holds that head's direct path and its pair terms with the layer-0 heads (Elhage et al.'s
+    virtual heads) and layer 0's bias read the same way. What layer 0 changes through layer 1's queries and keys
+    sets the weights ``a_ij`` and is credited to no part.
     """
     _check_model(model)
     _check_ids(model, token_ids)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from helpers.circuits import (composed_qk_circuit, composition_score, composition_scores, copying_eigenvalue_score,
-                              direct_logit_attribution, head_outputs, ov_circuit, path_ablated_forward,
+                              direct_logit_attribution, head_outputs, ov_circuit, ov_matrix, path_ablated_forward,
                               positional_qk_circuit, qk_circuit, qk_matrix)
 from helpers.induction import InductionModel, knocked_out, repeated_sequences
 
@@ -220,3 +220,19 @@ def test_q_and_k_labels_follow_what_path_ablation_shows():
     _, keys_only = path_ablated_forward(model, ids, 1, ("key",))
     torch.testing.assert_close(queries_only[:, 0], plain[:, 0])
     assert (keys_only[:, 0] - plain[:, 0]).abs().max() > 1e-2
+
+
+def test_a_layer_1_heads_attribution_is_its_direct_path_plus_its_value_path_pair_terms(model, ids):
+    """The L1H0 piece splits into the embeddings, each layer-0 head and layer 0's bias, each read through L1H0's
+    values with L1H0's actual weights: nothing else (the key and query paths only set those weights)."""
+    names, parts = direct_logit_attribution(model, ids)
+    with torch.no_grad():
+        x0 = model.token_embedding(ids) + model.position_embedding.weight[:12]
+        outputs0, _ = head_outputs(model, 0, x0)                                   # (B, H, T, d_model)
+        bias0 = model.layers[0].out_proj.bias
+        _, weights1 = model(ids, return_weights=True)
+        a = weights1[1][:, 0]                                                      # (B, T, T): L1H0's weights
+        read = lambda stream: a @ stream @ ov_matrix(model, 1, 0) @ model.unembed.weight.T   # (B, T, V)
+        terms = [read(x0), read(outputs0[:, 0]), read(outputs0[:, 1]), read(bias0.expand_as(x0))]
+    torch.testing.assert_close(sum(terms), parts[names.index("L1H0")], atol=1e-5, rtol=1e-5)
+    assert terms[2].abs().max() > 1e-3   # a pair term is really there (L0H1 read through L1H0's values)

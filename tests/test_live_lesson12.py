@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers.circuits import direct_logit_attribution, ov_circuit
+from helpers.circuits import direct_logit_attribution, ov_circuit, positional_qk_circuit
 from helpers.induction import TOKENS, encode, repeated_sequences, train_induction_model
 from helpers.live.lesson12 import (best_heads, circuits_figure, composition_over_training_figure,
                                    logit_attribution_figure, phase_change_figure, sequence_explorer, training_stepper)
@@ -94,6 +94,12 @@ def test_circuit_and_attribution_figures_show_the_circuits(short_run):
     assert len(panels) == 4
     np.testing.assert_allclose(np.asarray(panels[3].images[0].get_array()), ov_circuit(model, 1, 0).numpy(),
                                rtol=1e-6)
+    scores = positional_qk_circuit(model, 0, 1)                 # (T, T), nan in the future
+    expected = scores.nan_to_num(float("-inf")).softmax(dim=-1).masked_fill(scores.isnan(), float("nan"))
+    shown = np.ma.filled(panels[0].images[0].get_array().astype(float), np.nan)
+    np.testing.assert_allclose(shown, expected.numpy(), rtol=1e-5)   # each row as the weights a softmax gives
+    dots = [line for line in panels[0].lines if line.get_marker() == "o"][0]
+    assert list(dots.get_xdata()) == scores.nan_to_num(float("-inf")).argmax(dim=-1).tolist()   # each row's largest
     ids, periods = repeated_sequences(1, generator=torch.Generator().manual_seed(3))
     names, parts = direct_logit_attribution(model, ids)
     fig = logit_attribution_figure(names, parts[:, 0], ids[0], int(periods[0]))

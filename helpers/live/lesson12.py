@@ -109,8 +109,9 @@ def training_stepper(run: InductionRun, step: int | None = None) -> LiveFigure:
         for heatmap in row:
             heatmap.ax.set_title("\n ")  # room for the two-line titles the redraw writes
             _mark_periods(heatmap.ax, run.watch_period, len(labels))
-    fig.suptitle(f"One held-out sequence, period Δ = {run.watch_period} (•: the start token <s>); white lines: "
-                 "where each period starts; grey: the hidden future; scores: means over the held-out batch", fontsize=10)
+    fig.suptitle(f"One held-out sequence, period Δ = {run.watch_period} (•: the start token <s>)\n"
+                 "white lines: where each period starts; grey: the hidden future; scores: means over the held-out batch",
+                 fontsize=10)
     loss_ax = fig.add_subplot(grid[num_layers, :])
     loss_ax.plot(run.steps, run.in_context_losses, color="tab:red")
     loss_ax.set(xlabel="training step", ylabel="loss on the\ntokens that repeat", ylim=(0, None))
@@ -193,6 +194,25 @@ def _matrix_panel(fig: CourseFigure, ax, matrix: torch.Tensor, title: str, xlabe
     fig.colorbar(image, ax=ax, shrink=0.85)
 
 
+def _positional_panel(fig: CourseFigure, ax, scores: torch.Tensor, title: str, ticks: list[int]) -> None:
+    """Positional scores ``(T, T)`` (``nan`` in the future) drawn as the weights a softmax of each row gives them,
+    on a fixed 0..1 scale, with a dot on each row's largest score and a dashed line along key ``i - 1``."""
+    hidden = scores.isnan()
+    weights = scores.masked_fill(hidden, float("-inf")).softmax(dim=-1).masked_fill(hidden, float("nan"))
+    image = ax.imshow(weights.numpy(), cmap="viridis", vmin=0.0, vmax=1.0, interpolation="nearest")
+    ax.set_facecolor("#f2f2f2")
+    rows = torch.arange(len(scores))
+    ax.plot(rows[1:] - 1, rows[1:], color="tab:red", linestyle="--", linewidth=1, label="key i − 1")
+    ax.plot(weights.nan_to_num(-1.0).argmax(dim=-1), rows, "o", color="white", markeredgecolor="black",
+            markeredgewidth=0.5, markersize=3.5, linestyle="none", label="each row's largest score")
+    ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.set(title=title, xlabel="key position j", ylabel="query position i")
+    ax.set_xticks(ticks, labels=[str(i) for i in ticks])
+    ax.set_yticks(ticks, labels=[str(i) for i in ticks])
+    ax.tick_params(labelsize=8)
+    fig.colorbar(image, ax=ax, shrink=0.85, label="weight from positions alone")
+
+
 def _w(kind: str, layer: int, head: int) -> str:
     """``W_QK^{L1H0}`` in mathtext: the card's symbol with the head as its superscript."""
     return f"W_{{{kind}}}^{{\\mathrm{{L{layer}H{head}}}}}"
@@ -200,7 +220,8 @@ def _w(kind: str, layer: int, head: int) -> str:
 
 def circuits_figure(model: InductionModel, previous_head: int, induction_head: int,
                     num_tokens: int | None = None) -> CourseFigure:
-    """Four circuits read off the weights: the positional QK circuit of layer 0's ``previous_head``; layer 1's
+    """Four circuits read off the weights: the positional QK circuit of layer 0's ``previous_head`` (as the weights
+    a softmax of each row gives, with each row's largest score marked); layer 1's
     ``induction_head``: its QK circuit on tokens, the same composed with ``previous_head``'s OV circuit (the key
     side holding what the previous-token head wrote), and its OV circuit."""
     num_tokens = model.context_length if num_tokens is None else num_tokens
@@ -209,9 +230,9 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
     position_ticks = list(range(0, num_tokens, 5))
     fig = CourseFigure(figsize=(11, 9.6), layout="constrained")
     axes = fig.subplots(2, 2)
-    _matrix_panel(fig, axes[0, 0], positional_qk_circuit(model, 0, previous_head, num_tokens),
-                  f"L0H{previous_head}: positions only, $P\\, {_w('QK', 0, previous_head)}\\, P^\\top$", "key position j", "query position i",
-                  position_ticks, [str(i) for i in position_ticks])
+    positional = f"$P\\, {_w('QK', 0, previous_head)}\\, P^\\top$"
+    _positional_panel(fig, axes[0, 0], positional_qk_circuit(model, 0, previous_head, num_tokens),
+                      f"L0H{previous_head}: positions only, softmax of each row of {positional}", position_ticks)
     _matrix_panel(fig, axes[0, 1], qk_circuit(model, 1, induction_head),
                   f"L1H{induction_head}: tokens only, $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)}\\, E_\\mathrm{{token}}^\\top$", "key token", "query token", token_ticks, token_names)
     _matrix_panel(fig, axes[1, 0], composed_qk_circuit(model, previous_head, induction_head),
@@ -220,7 +241,8 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
     _matrix_panel(fig, axes[1, 1], ov_circuit(model, 1, induction_head),
                   f"L1H{induction_head}: OV circuit, $E_\\mathrm{{token}}\\, {_w('OV', 1, induction_head)}\\, W_\\mathrm{{unembed}}$", "logit of token", "token attended to",
                   token_ticks, token_names)
-    fig.suptitle("Scores (QK) and logits (OV) read off the weights; colour scales centred on 0", fontsize=11)
+    fig.suptitle("Read off the weights: weights from positions (top left), scores (QK) and logits (OV); red-blue "
+                 "scales centred on 0", fontsize=11)
     return fig
 
 
