@@ -182,9 +182,20 @@ def test_retrieval_diagram_of_notebook_02_is_readable():
     plain = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
                               context=weights @ inputs)
     fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
-                            context=weights @ inputs, text_scale=1.2)
+                            context=weights @ inputs, text_scale=1.2, captions="dark")
     assert fig.get_figwidth() <= 12 and fig.get_figwidth() == plain.get_figwidth()
     ax = fig.axes[0]
+    # The captions under the grids, the context vector's formula first, are as large and dark as the names.
+    from matplotlib.colors import to_rgb
+    names = [t for t in ax.texts if t.get_fontweight() == "bold"]
+    for caption in ("$\\sum_j a_{1j} v_j$", "scores", "weights", "$(T, d_k) = (3, 3)$", "$(T, d_v) = (3, 3)$"):
+        drawn = [t for t in ax.texts if t.get_text() == caption]
+        assert len(drawn) == 1, caption
+        assert drawn[0].get_fontsize() == names[0].get_fontsize() and max(to_rgb(drawn[0].get_color())) <= 0.2
+    grey = [t for t in plain.axes[0].texts if t.get_text() == "$\\sum_j a_{1j} v_j$"]
+    assert grey[0].get_fontsize() < names[0].get_fontsize() / 1.2, "by default (notebook 01) they stay small"
+    with pytest.raises(ValueError, match="captions"):
+        retrieval_diagram(tokens, 1, captions="black")
     numbers = [t for t in ax.texts if t.get_text() == "0.34"]
     assert min(t.get_fontsize() for t in numbers) >= 11.5
     renderer = FigureCanvasAgg(fig).get_renderer()
