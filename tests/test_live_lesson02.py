@@ -111,6 +111,14 @@ def test_explorer_titles_write_the_formula_it_draws_and_axes_name_i_and_j():
     assert "token" not in explorer.heatmap.ax.get_ylabel() + explorer.heatmap.ax.get_xlabel()
 
 
+def test_the_float32_limit_section_2_states():
+    """e^s overflows a float32 for s beyond ln(max) = 88.7228...: 88.72 is still finite, 88.73 is not."""
+    largest = torch.finfo(torch.float32).max
+    assert f"{math.log(largest):.2f}" == "88.72" and f"{largest:.3g}" == "3.4e+38"
+    finite, overflowed, underflowed = torch.exp(torch.tensor([88.72, 88.73, -110.0])).tolist()
+    assert math.isfinite(finite) and overflowed == math.inf and underflowed == 0.0
+
+
 def test_the_course_softmax_helper_gives_the_shifted_weights():
     """Section 2 computes the shifted weights by hand; the course's helper (forbidden in exercise 1) agrees."""
     large_scores = torch.tensor([1000.0, 1001.0, 1002.0])
