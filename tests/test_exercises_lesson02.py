@@ -150,6 +150,53 @@ def test_attention_buggy_code_is_right_while_the_queries_are_the_keys():
         lesson02.buggy_attention(queries, keys, torch.randn(3, 1))
 
 
+def test_attention_buggy_code_fails_silently_with_as_many_queries_as_keys():
+    """What the task now asks for: inputs on which the code runs, its rows sum to 1, and its weights are wrong."""
+    torch.manual_seed(0)
+    queries, keys, values = torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 1)
+    context, weights = lesson02.buggy_attention(queries, keys, values)
+    torch.testing.assert_close(weights.sum(dim=-1), torch.ones(2))
+    right_context, right_weights = _right_attention(queries, keys, values)
+    assert weights.shape == right_weights.shape and not torch.allclose(weights, right_weights)
+    assert not torch.allclose(context, right_context)
+
+
+def _markdown(cells, start, stop=None):
+    text = "".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    return text[text.index(start):text.index(stop) if stop else None]
+
+
+def test_exercise_2_leaves_the_cause_and_the_exposing_inputs_to_the_hints(capsys, monkeypatch):
+    """Fresh read 5: the task named both the cause (Q = K) and the input that exposes it (T_q != T_k), which the
+    hints give; and with T_q != T_k the code crashes, so the silent case is the one to find."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    statement = _markdown(cells, "## Exercises", "### Exercise 1") + _markdown(cells, "### Exercise 2",
+                                                                                "## Deep dives")
+    for giveaway in ("Q = K", "T_q \\ne T_k", "T_q \\neq T_k", "same vectors"):
+        assert giveaway not in statement, giveaway
+    assert "on which it runs and still\ngives wrong weights" in statement
+    assert "on which it runs and still gives wrong weights" in lesson02.attention_any_shape.task
+    monkeypatch.setattr(lesson02.attention_any_shape, "_hints_shown", 0)
+    for _ in range(2):
+        lesson02.attention_any_shape.hint()
+    hints = capsys.readouterr().out
+    assert "the same vectors" in hints and "2 queries and 3 keys" in hints and "2 queries and 2 keys" in hints
+
+
+def test_exercise_1_shows_the_nan_it_asks_to_avoid_and_section_2_does_not():
+    """Fresh read 5: the all -inf row is printed where it is needed, by the exercise cell's first line."""
+    cells = json.loads(NOTEBOOK.read_text())["cells"]
+    cell = next(c for c in cells if c["cell_type"] == "code"
+                and "lesson02.stable_softmax.check(" in "".join(c["source"]))
+    first = "".join(cell["source"]).splitlines()[0]
+    assert first.startswith("print(") and "torch.softmax(torch.full((3,), -math.inf)" in first
+    printed = "".join("".join(o.get("text", "")) for o in cell["outputs"])
+    assert printed == "torch.softmax, every key hidden: tensor([nan, nan, nan])\n"
+    section_2 = next(c for c in cells if c["cell_type"] == "code" and "largest_float" in "".join(c["source"]))
+    assert "-math.inf" not in "".join(section_2["source"])
+    assert "the cell's first line" in _markdown(cells, "### Exercise 1", "### Exercise 2")
+
+
 def test_attention_accepts_right_answers_in_several_styles():
     def with_einsum(q, k, v):
         weights = torch.einsum("...id,...jd->...ij", q, k).div(math.sqrt(k.shape[-1])).softmax(dim=-1)
@@ -184,8 +231,13 @@ def test_attention_names_the_plausible_wrong_answers():
         weights = torch.softmax(q @ k.transpose(0, 1) / math.sqrt(k.shape[-1]), dim=-1)
         return weights @ v, weights
 
+    def turned_only_for_the_product(q, k, v):  # mends the T_q != T_k crash, keeps the silent bug
+        weights = torch.softmax(k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        return weights.transpose(-2, -1) @ v, weights
+
     for wrong, says in ((lesson02.buggy_attention, "K Qᵀ"), (k_q_turned_after_a_softmax_over_queries, "each column"),
                         (mixes_keys, "mixed the keys"), (scaled_by_d_v, "d_v"), (plain_transpose, "raised"),
+                        (turned_only_for_the_product, "makes the shapes fit"),
                         (lambda q, k, v: _right_attention(q, k, v)[0], "only the context vectors"),
                         (lambda q, k, v: list(_right_attention(q, k, v)), "tuple")):
         feedback = lesson02.attention_any_shape.check(wrong)

@@ -111,6 +111,14 @@ def test_explorer_titles_write_the_formula_it_draws_and_axes_name_i_and_j():
     assert "token" not in explorer.heatmap.ax.get_ylabel() + explorer.heatmap.ax.get_xlabel()
 
 
+def test_the_float32_limit_section_2_states():
+    """e^s overflows a float32 for s beyond ln(max) = 88.7228...: 88.72 is still finite, 88.73 is not."""
+    largest = torch.finfo(torch.float32).max
+    assert f"{math.log(largest):.2f}" == "88.72" and f"{largest:.3g}" == "3.4e+38"
+    finite, overflowed, underflowed = torch.exp(torch.tensor([88.72, 88.73, -110.0])).tolist()
+    assert math.isfinite(finite) and overflowed == math.inf and underflowed == 0.0
+
+
 def test_the_course_softmax_helper_gives_the_shifted_weights():
     """Section 2 computes the shifted weights by hand; the course's helper (forbidden in exercise 1) agrees."""
     large_scores = torch.tensor([1000.0, 1001.0, 1002.0])
@@ -182,9 +190,20 @@ def test_retrieval_diagram_of_notebook_02_is_readable():
     plain = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
                               context=weights @ inputs)
     fig = retrieval_diagram(tokens, 1, inputs=inputs, scores=inputs @ inputs[1], weights=weights,
-                            context=weights @ inputs, text_scale=1.2)
+                            context=weights @ inputs, text_scale=1.2, captions="dark")
     assert fig.get_figwidth() <= 12 and fig.get_figwidth() == plain.get_figwidth()
     ax = fig.axes[0]
+    # The captions under the grids, the context vector's formula first, are as large and dark as the names.
+    from matplotlib.colors import to_rgb
+    names = [t for t in ax.texts if t.get_fontweight() == "bold"]
+    for caption in ("$\\sum_j a_{1j} v_j$", "scores", "weights", "$(T, d_k) = (3, 3)$", "$(T, d_v) = (3, 3)$"):
+        drawn = [t for t in ax.texts if t.get_text() == caption]
+        assert len(drawn) == 1, caption
+        assert drawn[0].get_fontsize() == names[0].get_fontsize() and max(to_rgb(drawn[0].get_color())) <= 0.2
+    grey = [t for t in plain.axes[0].texts if t.get_text() == "$\\sum_j a_{1j} v_j$"]
+    assert grey[0].get_fontsize() < names[0].get_fontsize() / 1.2, "by default (notebook 01) they stay small"
+    with pytest.raises(ValueError, match="captions"):
+        retrieval_diagram(tokens, 1, captions="black")
     numbers = [t for t in ax.texts if t.get_text() == "0.34"]
     assert min(t.get_fontsize() for t in numbers) >= 11.5
     renderer = FigureCanvasAgg(fig).get_renderer()

@@ -19,6 +19,7 @@ __all__ = ["retrieval_diagram"]
 FONT = 12            # names of the tensors; shape texts and cell numbers are drawn a little smaller
 HIGHLIGHT = "#d62728"  # the key of the query token itself
 GREYED = "#404040"     # text about the part a later notebook adds (drawn above its veil)
+DARK_CAPTION = "#252525"  # captions="dark": the texts under the grids, as dark as the arrows' words
 
 
 def _column(values: torch.Tensor | None, rows: int) -> list[list[str]] | None:
@@ -54,7 +55,8 @@ def _left_of_texts(ax, default: float) -> float:
 
 def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | None = None, d_v: int | None = None,
                       scores=None, weights=None, inputs=None, upto: str = "context",
-                      built: str | None = None, context=None, text_scale: float = 1.0) -> CourseFigure:
+                      built: str | None = None, context=None, text_scale: float = 1.0,
+                      captions: str = "grey") -> CourseFigure:
     """The look-up for query token ``query_index``: ``q_i`` against keys ``K``, scores ``s_i``, weights ``a_i``,
     values ``V`` and the context vector ``z_i``.
 
@@ -69,6 +71,8 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
         built: ``"scores"`` frames the query, keys and scores as the part built now and greys out the rest.
         context: optional ``(d_v,)`` numbers written into the context vector's cells.
         text_scale: size of every text (names, shapes, numbers in the cells, labels) relative to the default.
+        captions: ``"grey"`` draws the texts under the grids (shapes, "scores", the context vector's formula)
+            small and grey; ``"dark"`` draws them dark, at the size of the tensors' names.
     """
     tokens = list(tokens)
     num_tokens = len(tokens)
@@ -93,6 +97,8 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
             raise ValueError(f"{name} must be a positive int, got {width!r}")
     if not 0.5 <= text_scale <= 2.0:
         raise ValueError(f"text_scale must be between 0.5 and 2, got {text_scale!r}")
+    if captions not in ("grey", "dark"):
+        raise ValueError(f"captions must be 'grey' or 'dark', got {captions!r}")
     font = FONT * text_scale
     i = query_index
     top = 2.2 if built else 1.6                 # room for the names (and the frame's caption) above the grids
@@ -106,12 +112,19 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
     fig, ax = diagram_canvas(width, top + num_tokens + 1.6, inches_per_unit=0.42)
     small = font * 0.85
 
-    tensor_grid(ax, query_x, middle - 0.5, 1, d_k, color=PALETTE["queries"], name=f"query $q_{{{i}}}$",
-                shape_text=f"'{tokens[i]}'", fontsize=font,
-                values=None if inputs is None else _cells(inputs[i:i + 1]))
-    tensor_grid(ax, keys_x, top, num_tokens, d_k, color=PALETTE["keys"], name="keys $K$",
-                shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$", fontsize=font,
-                values=None if inputs is None else _cells(inputs))
+    def grid(x, y, rows, cols, *, shape_text, **options):
+        """A tensor grid with its caption below it, drawn grey by tensor_grid or dark here."""
+        shown = "" if captions == "dark" else shape_text
+        tensor_grid(ax, x, y, rows, cols, shape_text=shown, fontsize=font, **options)
+        if captions == "dark" and shape_text:
+            label(ax, x + cols / 2, y + rows + 0.3, shape_text, va="top", fontsize=font, color=DARK_CAPTION)
+
+    grid(query_x, middle - 0.5, 1, d_k, color=PALETTE["queries"], name=f"query $q_{{{i}}}$",
+         shape_text=f"'{tokens[i]}'",
+         values=None if inputs is None else _cells(inputs[i:i + 1]))
+    grid(keys_x, top, num_tokens, d_k, color=PALETTE["keys"], name="keys $K$",
+         shape_text=f"$(T, d_k) = ({num_tokens}, {d_k})$",
+         values=None if inputs is None else _cells(inputs))
     ax.add_patch(Rectangle((keys_x, top + i), d_k, 1, fill=False, edgecolor=HIGHLIGHT, linewidth=2.2))
     for j, token in enumerate(tokens):
         label(ax, keys_x - 0.25, top + j + 0.5, f"{j} {token}", ha="right", fontsize=small,
@@ -119,22 +132,22 @@ def retrieval_diagram(tokens: Sequence[str], query_index: int, *, d_k: int | Non
     # The arrow ends just before the longest token label, whatever its length, not in the empty space before it.
     arrow_end = max(_left_of_texts(ax, keys_x - 2.9) - 0.15, query_x + d_k + 1.0)
     arrow(ax, (query_x + d_k, middle), (arrow_end, middle), "compare", fontsize=small)
-    tensor_grid(ax, scores_x, top, num_tokens, 1, color=PALETTE["scores"], name=f"$s_{{{i}j}}$",
-                shape_text="scores", values=_column(scores, num_tokens), fontsize=font)
+    grid(scores_x, top, num_tokens, 1, color=PALETTE["scores"], name=f"$s_{{{i}j}}$",
+         shape_text="scores", values=_column(scores, num_tokens))
     arrow(ax, (keys_x + d_k, middle), (scores_x, middle), f"$q_{{{i}}} \\cdot k_j$", fontsize=small)
     if upto == "context":
-        tensor_grid(ax, weights_x, top, num_tokens, 1, color=PALETTE["weights"], name=f"$a_{{{i}j}}$",
-                    shape_text="weights", values=_column(weights, num_tokens), fontsize=font)
+        grid(weights_x, top, num_tokens, 1, color=PALETTE["weights"], name=f"$a_{{{i}j}}$",
+             shape_text="weights", values=_column(weights, num_tokens))
         arrow(ax, (scores_x + 1, middle), (weights_x, middle), "softmax", fontsize=small)
-        tensor_grid(ax, values_x, top, num_tokens, d_v, color=PALETTE["values"], name="values $V$",
-                    shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$", fontsize=font,
-                    values=None if inputs is None else _cells(inputs))
+        grid(values_x, top, num_tokens, d_v, color=PALETTE["values"], name="values $V$",
+             shape_text=f"$(T, d_v) = ({num_tokens}, {d_v})$",
+             values=None if inputs is None else _cells(inputs))
         for j in range(num_tokens):
             label(ax, values_x - 0.8, top + j + 0.5, "×", fontsize=font)
         greyed = built == "scores"  # drawn faded: its formula goes above the veil below, large and dark
-        tensor_grid(ax, context_x, middle - 0.5, 1, d_v, color=PALETTE["context"], name=f"context $z_{{{i}}}$",
-                    shape_text="" if greyed else f"$\\sum_j a_{{{i}j}} v_j$", fontsize=font,
-                    values=None if context is None else _row(context, d_v))
+        grid(context_x, middle - 0.5, 1, d_v, color=PALETTE["context"], name=f"context $z_{{{i}}}$",
+             shape_text="" if greyed else f"$\\sum_j a_{{{i}j}} v_j$",
+             values=None if context is None else _row(context, d_v))
         arrow(ax, (values_x + d_v, middle), (context_x, middle), "add up", fontsize=small)
     if built == "scores":
         right = scores_x + 1.4

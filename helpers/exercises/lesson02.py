@@ -197,6 +197,11 @@ def _weights_over_queries(queries, keys, values):
     return attn_weights @ values, attn_weights
 
 
+def _turned_for_the_product(queries, keys, values):  # the shape clash of T_q != T_k mended, the bug kept
+    attn_weights = torch.softmax(keys @ queries.transpose(-2, -1) / math.sqrt(queries.shape[-1]), dim=-1)
+    return attn_weights.transpose(-2, -1) @ values, attn_weights
+
+
 def _mixes_the_keys(queries, keys, values):
     attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / math.sqrt(keys.shape[-1]), dim=-1)
     return attn_weights @ keys, attn_weights
@@ -207,13 +212,15 @@ attention_any_shape = SpotTheBug(
     "attention(queries, keys, values) should return (context_vecs, attn_weights) for queries (..., T_q, d_k), "
     "keys (..., T_k, d_k) and values (..., T_k, d_v), any batch dimensions in front: Z = softmax(Q Kᵀ / "
     "sqrt(d_k)) V and the weights A, one row per query, without calling a library's attention function. The "
-    "code below runs and its rows sum to 1, yet it is wrong. Find inputs of your own that expose it, then fix it.",
+    "code below runs and its rows sum to 1, yet it is wrong. Find inputs of your own on which it runs and still "
+    "gives wrong weights, then fix it.",
     reference=lambda q, k, v: scaled_dot_product_attention(q, k, v),
     cases=_attention_cases,
     hint=["In sections 1 to 3 the queries and the keys were the same vectors. What does that make of the score "
           "matrix, and so of any mistake that turns it round?",
-          "Make up queries different from the keys, and fewer of them: say 2 queries and 3 keys, with d_v = 1. "
-          "Write the shape of every line, and say which axis of the weights must belong to the queries.",
+          "Make up 2 queries and 2 keys, all different, with d_v = 1: the code runs. Work out the score of query 0 "
+          "for key 1 by hand and find where it lands in the code's scores. Which axis of the weights must belong "
+          "to the queries? (With 2 queries and 3 keys the code stops at a shape clash instead.)",
           "The scale is sqrt(d_k), the width of the keys: not the number of queries or keys, and not d_v."],
     solution=_solution_attention,
     buggy=buggy_attention,
@@ -224,6 +231,10 @@ attention_any_shape = SpotTheBug(
                    "helpers.attention.scaled_dot_product_attention",
                    why="Write the scores, the softmax and the weighted sum yourself.")],
     mistakes=[
+        Mistake(_turned_for_the_product,
+                "turning the weights round before the product makes the shapes fit, but they are still K Qᵀ's "
+                "weights: one row per key, each a softmax over the queries. With as many queries as keys the code "
+                "runs and is still wrong. Each query needs its own row of scores over the keys."),
         Mistake(_weights_over_queries,  # also K Qᵀ, softmax over its last axis, then turned round
                 "your weights have one row per query, but each column sums to 1, not each row: the softmax ran "
                 "over the queries (over dim=-2 of Q Kᵀ, or over the last axis of K Qᵀ before turning it round). "
