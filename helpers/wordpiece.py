@@ -1,6 +1,8 @@
 """BERT's WordPiece tokenization, written out: text -> token ids a published BERT model reads.
 
-Two steps (Devlin et al. 2019; Wu et al. 2016 for WordPiece):
+Two steps, as the BERT release's ``tokenization.py`` does them (github.com/google-research/bert: ``BasicTokenizer``,
+then ``WordpieceTokenizer``, "greedy longest-match-first"); BERT reads WordPiece tokens (Devlin et al. 2019, section 3),
+the subword units of Wu et al. 2016 (section 4.1):
 
 1. *Basic tokenization*: drop control characters, turn every kind of space into ``" "``, put spaces around
    CJK ideographs (each becomes a word of its own), strip accents (NFD, then drop the combining marks),
@@ -23,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["WordPieceTokenizer"]
+__all__ = ["WordPieceTokenizer", "SCRIPTS", "script_letters"]
 
 _CJK_RANGES = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
                (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
@@ -153,3 +155,42 @@ class WordPieceTokenizer:
             token_ids[row, : len(ids)] = torch.tensor(ids)
             padding_mask[row, : len(ids)] = False
         return token_ids, padding_mask
+
+
+# Unicode scripts named by :func:`script_letters`, as they appear in the characters' Unicode names
+SCRIPTS = {"LATIN": "Latin", "GREEK": "Greek", "CYRILLIC": "Cyrillic", "CJK": "CJK", "HIRAGANA": "Hiragana",
+           "KATAKANA": "Katakana", "HANGUL": "Hangul", "HEBREW": "Hebrew", "ARABIC": "Arabic"}
+
+
+def script_letters(texts: list[str]) -> dict[str, list[str]]:
+    """What besides ASCII a set of texts holds: ``{kind: [its characters in each text that has some]}``.
+
+    Every letter outside ASCII counts for the script its Unicode name names (``"Latin"`` for "é", "ß" or a
+    full-width "Ａ", ``"Greek"``, ``"CJK"`` ideographs, ...), or for ``"other letters"`` ("µ", "ℓ"); besides,
+    ``"emoji"`` (symbols from U+1F000 on), ``"control characters"`` (category Cc, tab and newlines excepted) and
+    ``"other characters"`` (every other character outside ASCII: symbols such as "✓" or "€", punctuation, spaces).
+    Each entry is one text's distinct characters of that kind, sorted, as a string; scripts in the order of
+    :data:`SCRIPTS`, then the other kinds, each only if some text has it.
+    """
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a list of str")
+    kinds = [*SCRIPTS.values(), "other letters", "emoji", "control characters", "other characters"]
+    found: dict[str, list[str]] = {kind: [] for kind in kinds}
+    for text in texts:
+        seen: dict[str, set[str]] = {}
+        for char in set(text):
+            category = unicodedata.category(char)
+            if category == "Cc" and char not in "\t\n\r":
+                kind = "control characters"
+            elif ord(char) < 128:
+                kind = None
+            elif category.startswith("L"):
+                words = unicodedata.name(char, "").split()
+                kind = next((SCRIPTS[w] for w in words if w in SCRIPTS), "other letters")
+            else:
+                kind = "emoji" if category == "So" and ord(char) >= 0x1F000 else "other characters"
+            if kind:
+                seen.setdefault(kind, set()).add(char)
+        for kind, chars in seen.items():
+            found[kind].append("".join(sorted(chars)))
+    return {kind: entries for kind, entries in found.items() if entries}

@@ -30,56 +30,100 @@ def test_next_token_score_equals_the_course_score_on_one_unpadded_sentence():
     torch.testing.assert_close(got, next_token_score(weights[0]))
 
 
-def test_masked_weights_bug_is_named_and_fixes_written_differently_pass():
-    feedback = lesson13.masked_weights.check(lesson13.buggy_masked_weights)
-    assert feedback.status == "wrong" and "None, None, :]" in feedback.message
-    assert lesson13.masked_weights.check(lesson13._solution_masked).passed
-
-    def with_where(queries, keys, padding_mask):          # an additive mask with -1e9, via torch.where
-        scores = torch.einsum("bhid,bhjd->bhij", queries, keys) / queries.shape[-1] ** 0.5
-        scores = scores + torch.where(padding_mask, -1e9, 0.0).unsqueeze(1).unsqueeze(2)
-        return scores.softmax(-1)
-
-    def with_sdpa(queries, keys, padding_mask):           # PyTorch's own attention, values = identity
-        t = queries.shape[-2]
-        eye = torch.eye(t).expand(*queries.shape[:2], t, t)
-        return torch.nn.functional.scaled_dot_product_attention(queries, keys, eye,
-                                                                attn_mask=~padding_mask[:, None, None, :])
-    assert lesson13.masked_weights.check(with_where).passed
-    assert lesson13.masked_weights.check(with_sdpa).passed
-    feedback = lesson13.masked_weights.check(lesson13._filled_with_zero)
-    assert feedback.status == "wrong" and "-inf" in feedback.message
-
-    def unmasked(queries, keys, padding_mask):
-        return torch.softmax(queries @ keys.transpose(-2, -1) / queries.shape[-1] ** 0.5, dim=-1)
-    assert not lesson13.masked_weights.check(unmasked).passed
+def _batch(lengths, width=5, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    num_tokens = max(lengths)
+    last_hidden = torch.randn(len(lengths), num_tokens, width, generator=g)
+    padding_mask = torch.arange(num_tokens)[None, :] >= torch.tensor(lengths)[:, None]
+    return last_hidden, padding_mask
 
 
-def test_masked_weights_reference_is_the_real_models_attention():
+def test_word_pool_bug_is_named_and_fixes_written_differently_pass():
+    feedback = lesson13.word_pool.check(lesson13.buggy_word_pool)
+    assert feedback.status == "wrong" and "LAST COLUMN" in feedback.message
+    assert lesson13.word_pool.check(lesson13._solution_pool).passed
+
+    def one_sentence_at_a_time(last_hidden, padding_mask):   # a loop over the batch, slicing each sentence's words
+        rows = []
+        for vectors, padded in zip(last_hidden, padding_mask):
+            n = int((~padded).sum())
+            words = vectors[1:n - 1]
+            rows.append(words.mean(0) / words.mean(0).norm() if len(words) else torch.zeros(vectors.shape[-1]))
+        return torch.stack(rows)
+
+    def summed_not_averaged(last_hidden, padding_mask):      # dividing by the count changes no direction
+        lengths = (~padding_mask).sum(1, keepdim=True)
+        positions = torch.arange(padding_mask.shape[1])
+        words = ((positions > 0) & (positions < lengths - 1)).float()
+        return torch.nn.functional.normalize(torch.einsum("btd,bt->bd", last_hidden, words), dim=-1)
+    assert lesson13.word_pool.check(one_sentence_at_a_time).passed
+    assert lesson13.word_pool.check(summed_not_averaged).passed
+
+
+def test_word_pool_names_each_class_of_wrong_answer():
+    for mistake, words in ((lesson13._kept_sep, "only [CLS] is left out"),
+                           (lesson13._model_pooling, "the model's own sentence vector"),
+                           (lesson13._padding_in, "padded positions"),
+                           (lesson13._not_normalised, "length 1"),
+                           (lesson13._nan_without_words, "row of zeros")):
+        feedback = lesson13.word_pool.check(mistake)
+        assert feedback.status == "wrong" and words in feedback.message, (mistake.__name__, feedback.message)
+
+    def unmasked(last_hidden, padding_mask):                 # no mask at all: every position, padding included
+        return torch.nn.functional.normalize(last_hidden.mean(1), dim=-1)
+    assert lesson13.word_pool.check(unmasked).status == "wrong"
+
+
+def test_word_pool_boundaries_no_padding_and_no_words():
+    last_hidden, padding_mask = _batch([6, 6])                # no padding: the buggy code happens to be right
+    torch.testing.assert_close(lesson13.buggy_word_pool(last_hidden, padding_mask),
+                               lesson13._reference_pool(last_hidden, padding_mask))
+    last_hidden, padding_mask = _batch([2, 5])                # [CLS] [SEP] only: a row of zeros, never nan
+    pooled = lesson13._reference_pool(last_hidden, padding_mask)
+    assert torch.equal(pooled[0], torch.zeros(5)) and not pooled.isnan().any()
+    torch.testing.assert_close(pooled[1].norm(), torch.tensor(1.0))
+    torch.testing.assert_close(pooled[1], torch.nn.functional.normalize(last_hidden[1, 1:4].mean(0), dim=0))
+    descriptions = [case.description for case in lesson13._pool_cases(torch.Generator().manual_seed(0))]
+    assert any("no padding" in d for d in descriptions) and any("without words" in d for d in descriptions)
+
+
+def test_word_pool_rejects_answers_that_change_their_inputs_and_its_answers_do_not():
+    for changes, name in ((lesson13._changes_the_mask, "padding_mask"),
+                          (lesson13._zeros_the_padding_in_place, "last_hidden")):
+        last_hidden, padding_mask = _batch([7, 4])
+        torch.testing.assert_close(changes(last_hidden.clone(), padding_mask.clone()),
+                                   lesson13._reference_pool(last_hidden, padding_mask))   # the values are right
+        feedback = lesson13.word_pool.check(changes)
+        assert feedback.status == "wrong" and f"`{name}` in place" in feedback.message
+    for function in (lesson13._reference_pool, lesson13._solution_pool, lesson13.buggy_word_pool):
+        last_hidden, padding_mask = _batch([7, 4, 2])
+        before = last_hidden.clone(), padding_mask.clone()
+        function(last_hidden, padding_mask)
+        assert torch.equal(last_hidden, before[0]) and torch.equal(padding_mask, before[1]), function.__name__
+
+
+def test_word_pool_reference_on_the_real_model_equals_each_sentence_alone():
+    from helpers.bert_heads import read_sentence
     from helpers.pretrained import load_minilm
     encoder, tokenizer = load_minilm()
-    token_ids, padding_mask = tokenizer.batch(["The river bank was muddy.", "Yes."])
+    sentences = ["The river bank was muddy.", "Yes.", "Attention lets every token look at every other token."]
+    token_ids, padding_mask = tokenizer.batch(sentences)
     with torch.no_grad():
-        out = encoder(token_ids, padding_mask)
-        attention = encoder.blocks[1].attention
-        x = out.hidden_states[1]
-        b, t, _ = x.shape
-        q = attention.W_query(x).view(b, t, 12, 32).transpose(1, 2)
-        k = attention.W_key(x).view(b, t, 12, 32).transpose(1, 2)
-        got = lesson13._reference_masked(q, k, padding_mask)
-    real = ~padding_mask
-    for i in range(b):   # the real queries' rows: exactly the model's
-        torch.testing.assert_close(got[i][:, real[i]], out.attn_weights[1][i][:, real[i]], atol=1e-6, rtol=1e-5)
+        pooled = lesson13._reference_pool(encoder(token_ids, padding_mask).hidden_states[-1], padding_mask)
+    for i, sentence in enumerate(sentences):   # the sentence run alone, no padding: the mean of its word tokens
+        alone = read_sentence(encoder, tokenizer, sentence).hidden[-1]   # (T, d): [CLS] ... [SEP]
+        torch.testing.assert_close(pooled[i], torch.nn.functional.normalize(alone[1:-1].mean(0), dim=0),
+                                   atol=1e-5, rtol=1e-4)
 
 
-def test_masked_weights_buggy_code_needs_only_torch_and_does_not_name_the_fix():
+def test_word_pool_buggy_code_needs_only_torch_and_does_not_name_the_fix():
     import inspect
-    source = inspect.getsource(lesson13.buggy_masked_weights)
+    source = inspect.getsource(lesson13.buggy_word_pool)
     namespace = {"torch": torch}
     exec(source, namespace)  # a learner's copy runs where only torch is imported
-    q = torch.randn(2, 2, 3, 4)
-    mask = torch.tensor([[False, False, False], [False, False, True]])
-    got = namespace["buggy_masked_weights"](q, q, mask)
-    assert got.shape == (2, 2, 3, 3) and not got.isnan().any()
-    text = " ".join([lesson13.masked_weights.title, lesson13.masked_weights.task, *lesson13.masked_weights._hints])
-    assert "queries instead" not in text.lower() and "None, None, :]" not in text and "rows" not in text.split("Find")[-1]
+    last_hidden, padding_mask = _batch([4, 3])
+    got = namespace["buggy_word_pool"](last_hidden, padding_mask)
+    assert got.shape == (2, 5) and not got.isnan().any()
+    torch.testing.assert_close(got.norm(dim=-1), torch.ones(2))
+    text = " ".join([lesson13.word_pool.title, lesson13.word_pool.task, *lesson13.word_pool._hints])
+    assert "lengths - 1" not in text and "last column" not in text.lower()

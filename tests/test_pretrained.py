@@ -170,3 +170,21 @@ def test_pipeline_files_and_reference_versions():
     versions = reference_versions()
     assert set(versions) == {"transformers", "torch"} and all(versions.values())
     assert len(REVISION) == 40 and int(REVISION, 16) >= 0
+
+
+def test_training_share_adds_up_to_the_model_cards_table(tmp_path):
+    import json
+
+    from helpers.pretrained import training_share
+    files, pairs, reddit_pairs, reddit_weight = training_share(model_files()["data_config.json"], "reddit/")
+    assert files == 290 and pairs == 1_170_060_424             # the card's "Total" of training tuples
+    assert round(reddit_pairs * pairs) == 726_484_430           # the card's row "Reddit comments (2015-2018)"
+    assert 0.06 < reddit_weight < 0.08 and reddit_weight < reddit_pairs / 5   # largest, but rarely drawn
+    config = tmp_path / "data_config.json"
+    config.write_text(json.dumps([{"name": "a/x", "lines": 3, "weight": 1}, {"name": "b", "lines": 1, "weight": 3}]))
+    assert training_share(config, "a/") == (2, 4, 0.75, 0.25)
+    with pytest.raises(ValueError, match="prefix"):
+        training_share(config, "c/")
+    config.write_text('{"not": "a list"}')
+    with pytest.raises(ValueError, match="not a data_config"):
+        training_share(config, "a/")

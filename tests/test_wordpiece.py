@@ -81,3 +81,26 @@ def test_bad_input(tmp_path):
         bad = tmp_path / "not_wordpiece.json"
         bad.write_text('{"model": {"type": "BPE"}}')
         WordPieceTokenizer.from_tokenizer_json(bad)
+
+
+def test_script_letters_names_each_kind_of_character():
+    from helpers.wordpiece import script_letters
+    found = script_letters(["Café au lait", "τ = 0.5", "東京は\u3000", "Москва", "한국어", "עברית ועربية", "１２３ ＡＢＣ ｱｲｳ",
+                            "µ ℓ", "emoji 🙂 and ✓", "bell\x07 tab\t newline\n", "plain ASCII", "naïve café"])
+    assert found == {"Latin": ["é", "ＡＢＣ", "éï"], "Greek": ["τ"], "Cyrillic": ["Мавкос"], "CJK": ["京東"],
+                     "Hiragana": ["は"], "Katakana": ["ｱｲｳ"], "Hangul": ["국어한"], "Hebrew": ["בויערת"],
+                     "Arabic": ["بةري"], "other letters": ["µℓ"], "emoji": ["🙂"], "control characters": ["\x07"],
+                     "other characters": ["\u3000", "１２３", "✓"]}
+    assert script_letters(["only ASCII, tab\t and newline\n"]) == {}   # tab and newlines are not controls here
+    with pytest.raises(TypeError, match="list of str"):
+        script_letters("one text")
+
+
+def test_the_reference_texts_by_script(reference):
+    from helpers.wordpiece import script_letters
+    found = script_letters(reference["texts"])
+    assert {kind: len(entries) for kind, entries in found.items()} == {
+        "Latin": 17, "Greek": 8, "Cyrillic": 1, "CJK": 2, "Hiragana": 1, "Katakana": 1, "Hangul": 1, "Hebrew": 1,
+        "Arabic": 1, "other letters": 10, "emoji": 1, "control characters": 2, "other characters": 192}
+    assert found["Greek"].count("τ") == 7                      # the notebooks' temperature, and one Greek word
+    assert sum(text.isascii() for text in reference["texts"]) == 6088

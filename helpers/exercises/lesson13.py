@@ -1,18 +1,16 @@
 """Exercises for notebook 13: a real pretrained model (all-MiniLM-L6-v2) run by the course's modules.
 
 1. a next-token score of every head over a padded batch of sentences (padding left out);
-2. spot the bug: the attention weights of a padded batch, its padding mask on the wrong axis.
+2. spot the bug: a sentence vector from its words alone, [CLS] and [SEP] left out of a padded batch.
 """
 
 from __future__ import annotations
-
-import math
 
 import torch
 
 from .core import Case, FunctionExercise, Mistake, SpotTheBug
 
-__all__ = ["batch_next_token_score", "masked_weights"]
+__all__ = ["batch_next_token_score", "word_pool"]
 
 
 def _batch_weights(g: torch.Generator, lengths: list[int], num_heads: int, scale: float = 1.0):
@@ -95,67 +93,141 @@ batch_next_token_score = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: a padded batch's attention weights -------------------------------------------------------------
-def _masked_cases(g: torch.Generator) -> list[Case]:
-    def case(description, lengths, heads, head_dim):
+# --- 2. spot the bug: a sentence vector from its words alone --------------------------------------------------------
+class _PoolCase(Case):
+    """A padded batch of token vectors; the task says to leave both inputs unchanged, and the checker looks."""
+
+    def after_call(self, args: tuple, kwargs: dict) -> str | None:
+        for name, given, original in zip(("last_hidden", "padding_mask"), args, self.args):
+            if isinstance(given, torch.Tensor) and not torch.equal(given, original):
+                return (f"your function changed its input `{name}` in place, and the task says to leave both inputs "
+                        f"unchanged: the caller still needs them (the same padding_mask goes to the model and to "
+                        f"the pooling). Build a new tensor instead: `~padding_mask` is a new one, while "
+                        f"`padding_mask[:, 0] = True` or `last_hidden.masked_fill_(...)` write into the caller's.")
+        return None
+
+
+def _pool_cases(g: torch.Generator) -> list[Case]:
+    def case(description, lengths, width):
         num_tokens = max(lengths)
-        queries, keys = (torch.randn(len(lengths), heads, num_tokens, head_dim, generator=g) for _ in range(2))
+        last_hidden = torch.randn(len(lengths), num_tokens, width, generator=g) + 0.5   # (B, T, d)
         padding_mask = torch.arange(num_tokens)[None, :] >= torch.tensor(lengths)[:, None]
-        return Case(description, (queries, keys, padding_mask))
-    return [case("two sentences of 5 and 3 tokens, 2 heads of width 4", [5, 3], 2, 4),
-            case("three sentences of 6, 2 and 4 tokens, 1 head of width 8", [6, 2, 4], 1, 8),
-            case("one sentence of 7 real tokens and 3 of padding, 3 heads of width 2", [7, 4], 3, 2),
-            case("the real model's heads: 12 of width 32, sentences of 9 and 5 tokens", [9, 5], 12, 32)]
+        return _PoolCase(description, (last_hidden, padding_mask))
+    return [case("two sentences of 7 and 4 tokens ([CLS] and [SEP] included), vectors of width 6", [7, 4], 6),
+            case("three sentences of 5, 9 and 3 tokens, width 8", [5, 9, 3], 8),
+            case("no padding: two sentences of 6 tokens each, width 4", [6, 6], 4),
+            case("a sentence without words ([CLS] [SEP] only) and one of 5 tokens, width 4", [2, 5], 4),
+            case("the real model's width 384, sentences of 12, 3 and 8 tokens", [12, 3, 8], 384)]
 
 
-def _reference_masked(queries, keys, padding_mask):
-    hidden = padding_mask[:, None, None, :]                  # (B, 1, 1, T): one column per key
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    return torch.softmax(scores.masked_fill(hidden, float("-inf")), dim=-1)
+def _word_mask(padding_mask):                            # (B, T): True at each sentence's words
+    lengths = (~padding_mask).sum(dim=1, keepdim=True)   # (B, 1): real tokens, [CLS] and [SEP] included
+    positions = torch.arange(padding_mask.shape[1])[None, :]
+    return (positions > 0) & (positions < lengths - 1)
 
 
-def buggy_masked_weights(queries, keys, padding_mask):
-    # queries, keys: (B, H, T, head_dim); padding_mask: (B, T), True at padding
-    head_dim = queries.shape[-1]
-    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5           # (B, H, T, T)
-    hidden = padding_mask[:, None, :, None]                                    # (B, 1, T, 1)
-    attn_scores = attn_scores.masked_fill(hidden, torch.finfo(attn_scores.dtype).min)
-    return torch.softmax(attn_scores, dim=-1)
+def _pool(last_hidden, keep, clamp=True, normalise=True):
+    keep = keep.unsqueeze(-1).to(last_hidden.dtype)      # (B, T, 1)
+    count = keep.sum(dim=1).clamp(min=1) if clamp else keep.sum(dim=1)
+    mean = (last_hidden * keep).sum(dim=1) / count       # (B, d)
+    return torch.nn.functional.normalize(mean, dim=-1) if normalise else mean
 
 
-def _solution_masked(queries, keys, padding_mask):
-    head_dim = queries.shape[-1]
-    attn_scores = queries @ keys.transpose(-2, -1) / head_dim ** 0.5
-    hidden = padding_mask[:, None, None, :]                  # (B, 1, 1, T): the mask hides columns (keys)
-    attn_scores = attn_scores.masked_fill(hidden, torch.finfo(attn_scores.dtype).min)
-    return torch.softmax(attn_scores, dim=-1)
+def _reference_pool(last_hidden, padding_mask):
+    return _pool(last_hidden, _word_mask(padding_mask))
 
 
-def _filled_with_zero(queries, keys, padding_mask):
-    scores = queries @ keys.transpose(-2, -1) / math.sqrt(queries.shape[-1])
-    return torch.softmax(scores.masked_fill(padding_mask[:, None, None, :], 0.0), dim=-1)
+def buggy_word_pool(last_hidden, padding_mask):
+    # last_hidden: (B, T, d) token vectors; padding_mask: (B, T), True at padding
+    words = ~padding_mask                                                      # (B, T): the real tokens
+    words[:, 0] = False                                                        # leave out [CLS] ...
+    words[:, -1] = False                                                       # ... and [SEP]
+    keep = words.unsqueeze(-1).to(last_hidden.dtype)                           # (B, T, 1)
+    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d)
+    return torch.nn.functional.normalize(mean, dim=-1)                         # length 1 (zeros stay zeros)
 
 
-masked_weights = SpotTheBug(
-    "Spot the bug: attention weights of a padded batch",
-    "masked_weights(queries, keys, padding_mask) should return every head's attention weights (B, H, T, T) for a "
-    "padded batch: queries and keys are (B, H, T, head_dim), padding_mask (B, T) is True at padding; rows are "
-    "queries i, columns keys j, scores scaled by 1/sqrt(head_dim). Every query, padded or not, must spread its "
-    "weight over the real tokens of its sentence only: a padded key gets weight 0. The code below runs and its "
-    "rows sum to 1, yet the weights are not what a padding mask should give. Find the bug and fix it.",
-    reference=_reference_masked,
-    cases=_masked_cases,
-    hint=["Run the code on a batch of two sentences where the second is padded, and print one real query's row "
-          "of the second sentence: how much weight lands on the padded columns?",
-          "In a (B, H, T, T) table, which of the two T dimensions belongs to the keys? Check where the mask's T "
-          "ends up after its indexing."],
-    solution=_solution_masked,
-    buggy=buggy_masked_weights,
-    bug_message="padding_mask[:, None, :, None] hides ROWS, the padded queries, not COLUMNS, the padded keys: the "
-                "real queries still put weight on [PAD], and each padded query spreads its weight evenly over "
-                "every position. The mask belongs on the key axis: padding_mask[:, None, None, :].",
-    mistakes=[Mistake(_filled_with_zero, "the padded keys' scores are set to 0, which still leaves them weight "
-                                         "exp(0) in the softmax. Fill them with -inf (or a very large negative "
-                                         "number) so that they get weight 0.")],
-    name="lesson13.masked_weights",
+def _solution_pool(last_hidden, padding_mask):
+    words = ~padding_mask                                                      # (B, T): a new tensor
+    words[:, 0] = False                                                        # leave out [CLS]
+    lengths = (~padding_mask).sum(dim=1)                                       # (B,): real tokens per sentence
+    words[torch.arange(len(lengths)), lengths - 1] = False                     # each sentence's own [SEP]
+    keep = words.unsqueeze(-1).to(last_hidden.dtype)                           # (B, T, 1)
+    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d)
+    return torch.nn.functional.normalize(mean, dim=-1)
+
+
+def _kept_sep(last_hidden, padding_mask):                # only [CLS] left out
+    words = ~padding_mask
+    words[:, 0] = False
+    return _pool(last_hidden, words)
+
+
+def _model_pooling(last_hidden, padding_mask):           # every real token: the model's own sentence vector
+    return _pool(last_hidden, ~padding_mask)
+
+
+def _padding_in(last_hidden, padding_mask):              # [CLS] and each [SEP] out, but the padding in
+    lengths = (~padding_mask).sum(dim=1)
+    words = torch.ones_like(padding_mask)
+    words[:, 0] = False
+    words[torch.arange(len(lengths)), lengths - 1] = False
+    return _pool(last_hidden, words)
+
+
+def _not_normalised(last_hidden, padding_mask):
+    return _pool(last_hidden, _word_mask(padding_mask), normalise=False)
+
+
+def _nan_without_words(last_hidden, padding_mask):      # 0 / 0 for a sentence without words
+    return _pool(last_hidden, _word_mask(padding_mask), clamp=False)
+
+
+def _changes_the_mask(last_hidden, padding_mask):       # right values, but the caller's mask is overwritten
+    lengths = (~padding_mask).sum(dim=1)
+    padding_mask[:, 0] = True
+    padding_mask[torch.arange(len(lengths)), lengths - 1] = True
+    return _pool(last_hidden, ~padding_mask)
+
+
+def _zeros_the_padding_in_place(last_hidden, padding_mask):   # right values, but the caller's vectors are changed
+    last_hidden.masked_fill_(~_word_mask(padding_mask)[..., None], 0.0)
+    return torch.nn.functional.normalize(last_hidden.sum(dim=1), dim=-1)
+
+
+word_pool = SpotTheBug(
+    "Spot the bug: a sentence vector from its words alone",
+    "word_pool(last_hidden, padding_mask) should give each sentence of a padded batch one vector made from its words "
+    "only: last_hidden (B, T, d) holds one layer's token vectors, padding_mask (B, T) is True at padding (padding "
+    "comes after a sentence's real tokens, which start with [CLS] and end with [SEP]). Return (B, d): for each "
+    "sentence, the mean of its real tokens' vectors other than [CLS] and [SEP], divided by its length (L2 norm) so "
+    "that it has length 1; a sentence without words ([CLS] [SEP] only) gets a row of zeros. Leave both inputs "
+    "unchanged. The code below runs and returns vectors of length 1, yet some sentences' vectors are wrong. Find "
+    "the bug and fix it.",
+    reference=_reference_pool,
+    cases=_pool_cases,
+    hint=["Run the code on a batch of two sentences where the second is shorter, and print `words.int()`: which "
+          "tokens of the second sentence does it keep?",
+          "In a sentence of n real tokens, at which position is its [SEP]? Is that the same column for every "
+          "sentence of the batch?"],
+    solution=_solution_pool,
+    buggy=buggy_word_pool,
+    bug_message="words[:, -1] = False leaves out the LAST COLUMN of the padded batch, which is [SEP] only in the "
+                "longest sentence. In a shorter one that column is padding, already left out, and its own [SEP] "
+                "stays in its mean. Each sentence's [SEP] sits at its own last real position: (number of real "
+                "tokens) - 1.",
+    mistakes=[
+        Mistake(_kept_sep, "[SEP] is still in every sentence's mean: only [CLS] is left out. Leave out each "
+                           "sentence's [SEP] too, at its last real position."),
+        Mistake(_model_pooling, "you average every real token, [CLS] and [SEP] included: that is the model's own "
+                                "sentence vector. This one leaves both out."),
+        Mistake(_padding_in, "your mean takes in the padded positions: their vectors are not words of the sentence. "
+                             "Leave out the positions where padding_mask is True as well."),
+        Mistake(_not_normalised, "the mean is right, but it is not divided by its length: each returned vector must "
+                                 "have length 1 (torch.nn.functional.normalize, or divide by its L2 norm)."),
+        Mistake(_nan_without_words, "a sentence without words gives 0 / 0 = nan. The task asks for a row of zeros "
+                                    "there: divide by the number of words clamped to at least 1, and normalise with "
+                                    "torch.nn.functional.normalize, which leaves a zero vector at zero."),
+    ],
+    name="lesson13.word_pool",
 )
