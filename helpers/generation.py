@@ -265,7 +265,8 @@ def time_per_token(model: TinyCausalLM, num_tokens: int, use_cache: bool, repeat
         cache = None
         if use_cache:
             cache = model.new_cache()
-            model(ids[:, :-1], cache=cache)  # fill the cache with all but the newest token
+            if num_tokens > 2:  # fill the cache with all but the newest token (there is none to hold at 2)
+                model(ids[:, :-1], cache=cache)
         if device.type == "cuda":
             torch.cuda.synchronize()
         start = time.perf_counter()

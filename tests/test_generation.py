@@ -108,3 +108,4 @@ def test_time_per_token_returns_a_positive_duration():
     model = _untrained()
     assert time_per_token(model, 6, use_cache=True, repeats=1) > 0
     assert time_per_token(model, 6, use_cache=False, repeats=1) > 0
+    assert time_per_token(model, 2, use_cache=True, repeats=1) > 0   # nothing to cache before the one token

@@ -67,6 +67,19 @@ def test_masks_figure_has_a_key_for_hidden_and_seen():
     assert shown.tolist() == causal_mask(4).float().tolist()
 
 
+def test_masks_figure_fills_a_grid_row_by_row():
+    masks = {f"causal, T = {n}": causal_mask(n) for n in (2, 3, 4)}
+    fig = masks_figure(masks, ncols=2)   # 2 x 2 grid, the last cell left empty
+    assert [ax.get_title() for ax in fig.axes] == list(masks)
+    (x0, y0), (x1, y1), (x2, y2) = [ax.get_position().p0 for ax in fig.axes]
+    assert y0 == y1 > y2 and x0 == x2 < x1   # row by row: two on top, the third below the first
+    shown = np.asarray(fig.axes[2].images[0].get_array())
+    assert shown.tolist() == causal_mask(4).float().tolist()
+    for bad in (0, 4, True, 1.5):
+        with pytest.raises(ValueError, match="ncols must be"):
+            masks_figure(masks, ncols=bad)
+
+
 def test_static_figures_render():
     assert figure_to_png(masks_figure({"causal": causal_mask(4)})).startswith(b"\x89PNG")
     assert figure_to_png(kv_cache_step_diagram(3, 2, 2)).startswith(b"\x89PNG")

@@ -19,13 +19,19 @@ __all__ = ["masks_figure", "generation_stepper", "gqa_explorer"]
 _MASK_COLOURS = "Greys"
 
 
-def masks_figure(masks: dict[str, torch.Tensor]) -> CourseFigure:
+def masks_figure(masks: dict[str, torch.Tensor], ncols: int | None = None) -> CourseFigure:
     """One panel per ``{title: mask (T_q, T_k)}``, dark where hidden (``True``), light where seen.
 
     The ``T_q`` queries are taken to be the last tokens of the sequence: rows are labelled with their
-    positions ``T_k - T_q, ..., T_k - 1``.
+    positions ``T_k - T_q, ..., T_k - 1``. The panels fill ``ncols`` columns (default: one row), row by row.
     """
-    fig = new_figure(4.0 * len(masks), 3.4, ncols=len(masks))
+    ncols = len(masks) if ncols is None else ncols
+    if isinstance(ncols, bool) or not isinstance(ncols, int) or not 1 <= ncols <= len(masks):
+        raise ValueError(f"ncols must be an int from 1 to the {len(masks)} masks, got {ncols!r}")
+    nrows = -(-len(masks) // ncols)
+    fig = new_figure(4.0 * ncols, 3.4 + 2.9 * (nrows - 1), ncols=ncols, nrows=nrows)
+    for ax in fig.axes[len(masks):]:  # a last row that is not full
+        ax.remove()
     for ax, (title, mask) in zip(fig.axes, masks.items()):
         rows, cols = mask.shape
         heatmap = Heatmap(ax, mask.float(), [f"query at {cols - rows + i}" for i in range(rows)],
