@@ -101,12 +101,41 @@ def test_right_spread_predictions_pass(right):
 
 # --- 2. spot the bug: a picture that leaves the model as it found it ----------------------------------------------------------
 def _eval_weights(model, batch):
+    modes = {module: module.training for module in model.modules()}
+    model.eval()
+    with torch.no_grad():
+        weights = model(batch, return_weights=True)[1]
+    for module, was_training in modes.items():
+        module.training = was_training
+    return weights
+
+
+def _restores_the_modes_with_train(model, batch):
+    """model.modules() lists a module before its parts: train(mode) in that order leaves each part in its own."""
+    modes = [(module, module.training) for module in model.modules()]
+    model.eval()
+    weights = model(batch, return_weights=True)[1]
+    for module, was_training in modes:
+        module.train(was_training)
+    return weights
+
+
+def _restores_only_the_models_own_mode(model, batch):
+    """Right for one layer; a frozen layer inside a model in training is switched to training mode."""
     was_training = model.training
     model.eval()
     with torch.no_grad():
         weights = model(batch, return_weights=True)[1]
     model.train(was_training)
     return weights
+
+
+def _one_fixed_draw(model, batch):
+    """The same picture at every call, the global stream untouched: but still a dropout draw."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        with torch.no_grad():
+            return model(batch, return_weights=True)[1]
 
 
 def _left_in_eval(model, batch):
@@ -133,6 +162,8 @@ def _dropout_set_to_zero(model, batch):
     (_left_in_eval, "came in training mode in eval mode"),
     (_always_back_to_train, "came in eval mode in training mode"),
     (_dropout_set_to_zero, "changed the model's dropout probability"),
+    (_restores_only_the_models_own_mode, "part `layers.0`, which came in eval mode, in training mode"),
+    (_one_fixed_draw, "it is one fixed dropout draw"),
     (lambda model, batch: model(batch, return_weights=True), "expected one tensor"),
 ])
 def test_flickering_maps_are_named(wrong, expected_words):
@@ -143,8 +174,7 @@ def test_flickering_maps_are_named(wrong, expected_words):
 @pytest.mark.parametrize("right", [
     _eval_weights,
     lambda model, batch: copy.deepcopy(model).eval()(batch, return_weights=True)[1],
-    lambda model, batch: (lambda mode: (model.eval(), model(batch, return_weights=True)[1],
-                                        model.train(mode))[1])(model.training),
+    _restores_the_modes_with_train,
 ])
 def test_right_attention_maps_pass(right):
     feedback = lesson05.attention_map.check(right)
@@ -179,6 +209,14 @@ def test_the_map_task_states_every_rule_its_checker_enforces():
     assert "trains on exactly as it would have without the picture" in task  # same mode, same dropout p
     assert "a finished model keeps giving the same weights" in task            # eval mode kept
     assert "neither reseeded nor drawn from" in task                           # the global random stream
+    assert "every part of the model ends in the mode it came in" in task and "frozen layer" in task
+    assert "once training is over, none dropped" in task                       # what the picture shows
+
+
+def test_the_map_cases_hold_a_frozen_layer_inside_a_model_in_training():
+    cases = lesson05.attention_map.cases(torch.Generator().manual_seed(lesson05.attention_map.seed))
+    mixed = [model for model, _ in (c.args for c in cases) if len({m.training for m in model.modules()}) > 1]
+    assert len(mixed) == 1 and mixed[0].training
 
 
 def test_the_spread_task_states_what_to_return_and_the_empty_row():

@@ -93,9 +93,27 @@ def test_monte_carlo_figure_draws_and_labels_its_axes(journey):
     tokens, attn_weights = journey
     dropped, _ = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
     sums = torch.stack([row.sum(dim=-1) for row in [dropped] * 3])
-    fig = monte_carlo_figure(sums, torch.ones(6), tokens, 0.5)
+    fig = monte_carlo_figure(sums, tokens, 0.5)
     assert all(ax.get_ylabel() for ax in fig.axes[:2])
     assert figure_to_png(fig)[:4] == b"\x89PNG"
+
+
+def test_the_right_panel_counts_one_rows_sums(journey):
+    """Row 1 holds two weights: four sums at p = 0.5 (0, 2 a_11, 2 a_10, 2), about a quarter of the draws each."""
+    tokens, attn_weights = journey
+    sums = dropout_row_sums(attn_weights, 0.5, 20_000, torch.Generator().manual_seed(0))
+    hist_ax = monte_carlo_figure(sums, tokens, 0.5, row=1).axes[1]
+    bars = hist_ax.patches
+    centres = sorted(bar.get_x() + bar.get_width() / 2 for bar in bars)
+    expected = sorted([0.0, 2 * float(attn_weights[1, 1]), 2 * float(attn_weights[1, 0]), 2.0])
+    assert centres == pytest.approx(expected, abs=1e-5)
+    assert sum(bar.get_height() for bar in bars) == pytest.approx(1.0)
+    assert all(abs(bar.get_height() - 0.25) < 0.02 for bar in bars)
+    assert hist_ax.get_title() == "Row 1 ('journey'): 4 different sums, none of them 1"
+    single = torch.tensor([[1.0, 0.0], [0.5, 0.5]])  # equal weights: one kept 0.5 doubles to exactly 1
+    two_rows = dropout_row_sums(single, 0.5, 2_000, torch.Generator().manual_seed(0))
+    assert monte_carlo_figure(two_rows, ["a", "b"], 0.5, row=1).axes[1].get_title() == \
+        "Row 1 ('b'): 3 different sums, 1 among them"
 
 
 def test_colour_bar_label_does_not_reach_the_next_panel(journey):

@@ -4,8 +4,10 @@
    (exact values, no simulation). The lesson shows the average and the spread of a row *sum* of causal weights;
    this asks for the context vector, where the values come in, for any weights: causal, full, padded, with rows
    that see nothing, T_q != T_k.
-2. Spot the bug: an attention map, plotted in the middle of training, that changes from call to call. The fix must
-   leave the model's mode, its dropout and PyTorch's global random stream as it found them (stated in the task).
+2. Spot the bug: an attention map, plotted in the middle of training, that changes from call to call. The picture is
+   the weights a finished model uses (none dropped); the fix must leave the mode of every part of the model (one
+   case holds a frozen layer inside a model that trains), its dropout and PyTorch's global random stream as it
+   found them (all stated in the task).
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ dropout_spread = FunctionExercise(
     solution=_solution_dropout_spread,
     mistakes=[
         Mistake(_with_prob(lambda w, v, p: p * (1 - p) * w.pow(2) @ v.pow(2)),
-                "output 2: that is the variance of the coin flip alone. A survivor is also scaled up by 1/(1 - p): "
+                "output 2: that is the variance of the coin flip alone. A kept weight is also scaled up by 1/(1 - p): "
                 "how does multiplying a random number by a constant change its variance?"),
         Mistake(_with_prob(lambda w, v, p: w.pow(2) @ v.pow(2) / (1 - p)),
                 "output 2: that is the mean of the squares. The variance subtracts the square of the mean."),
@@ -127,21 +129,34 @@ dropout_spread = FunctionExercise(
 
 
 # --- 2. spot the bug: an attention map that changes from call to call --------------------------------------
+def _modes(model: torch.nn.Module) -> dict[str, tuple[bool, float | None]]:
+    """The mode of every part of ``model`` (``""`` is the model itself) and the p of every dropout in it."""
+    return {name: (module.training, module.p if isinstance(module, torch.nn.Dropout) else None)
+            for name, module in model.named_modules()}
+
+
 class _ModeKept(Rule):
-    """The model must leave ``attention_map`` in the mode (and with the dropout) it came in."""
+    """``attention_map`` must leave every part of the model in the mode (and with the dropout) it came in."""
 
     def __init__(self):
-        self.models: list[tuple[torch.nn.Module, bool, float]] = []  # filled by the cases of each check
+        self.models: list[tuple[torch.nn.Module, dict]] = []  # (model, its _modes), filled by the cases of a check
 
     def after(self, calls: list[str]) -> str | None:
-        for model, was_training, p in self.models:
-            if model.dropout.p != p:
+        for model, came_in in self.models:
+            now = _modes(model)
+            if any(now[name][1] != p for name, (_, p) in came_in.items()):
                 return ("your function changed the model's dropout probability. Training goes on after the picture "
                         "with the dropout it had: leave p alone and switch dropout off another way.")
-            if model.training != was_training:
+            for name, (was_training, _) in came_in.items():  # the model itself first, then its parts
+                if now[name][0] == was_training:
+                    continue
                 came, left = ("training", "eval") if was_training else ("eval", "training")
-                return (f"your function leaves a model that came in {came} mode in {left} mode, so training (or "
-                        f"evaluation) goes on in the wrong mode. Put it back in the mode you found it in.")
+                if not name:
+                    return (f"your function leaves a model that came in {came} mode in {left} mode, so training "
+                            f"(or evaluation) goes on in the wrong mode. Put it back in the mode you found it in.")
+                return (f"your function leaves the model's part `{name}`, which came in {came} mode, in {left} mode. "
+                        f"Switching a module's mode switches every module inside it, so a frozen layer of a model "
+                        f"in training would train on. Put every part back in the mode you found it in.")
         return None
 
     def __repr__(self) -> str:
@@ -189,11 +204,34 @@ class _StreamKept(Rule):
         return "_StreamKept()"
 
 
+class _TwoLayers(torch.nn.Module):
+    """Two causal attention layers, the second reading the first's context vectors; its weights are the picture.
+
+    Input ``(B, T, d_in)``; output ``(B, T, d_out)``; weights (the second layer's) ``(B, T, T)``.
+    """
+
+    def __init__(self, d_in: int, d_out: int, num_tokens: int, p: float):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([CausalAttention(d_in, d_out, context_length=num_tokens, dropout=p),
+                                           CausalAttention(d_out, d_out, context_length=num_tokens, dropout=p)])
+
+    def forward(self, x: torch.Tensor, return_weights: bool = False):
+        context_vecs, attn_weights = self.layers[1](self.layers[0](x), return_weights=True)
+        return (context_vecs, attn_weights) if return_weights else context_vecs
+
+
 def _model_cases(g: torch.Generator) -> list[Case]:
     def model(d_in, d_out, num_tokens, p, training):
         torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
         module = CausalAttention(d_in, d_out, context_length=num_tokens, dropout=p).train(training)
-        _mode_kept.models.append((module, training, p))
+        _mode_kept.models.append((module, _modes(module)))
+        return module
+
+    def frozen_first_layer(d_in, d_out, num_tokens, p):
+        torch.manual_seed(int(torch.randint(0, 10_000, (1,), generator=g)))
+        module = _TwoLayers(d_in, d_out, num_tokens, p).train()
+        module.layers[0].eval()  # frozen: it stays as it is while the layer after it trains
+        _mode_kept.models.append((module, _modes(module)))
         return module
 
     _mode_kept.models.clear()
@@ -202,7 +240,10 @@ def _model_cases(g: torch.Generator) -> list[Case]:
                       (model(3, 2, 6, 0.5, True), randn(g, 1, 6, 3))),
                  Case("a model in training mode (dropout 0.1), a batch of 2 sequences of 5 tokens",
                       (model(4, 3, 5, 0.1, True), randn(g, 2, 5, 4))),
-                 Case("a model already in eval mode (dropout 0.5)", (model(3, 2, 6, 0.5, False), randn(g, 1, 6, 3)))]
+                 Case("a model already in eval mode (dropout 0.5)", (model(3, 2, 6, 0.5, False), randn(g, 1, 6, 3))),
+                 Case("a model of two attention layers (dropout 0.5) in training mode, its first layer frozen in eval "
+                      "mode, one sequence of 6 tokens; the picture is the second layer's weights",
+                      (frozen_first_layer(3, 2, 6, 0.5), randn(g, 1, 6, 3)))]
     return cases
 
 
@@ -213,24 +254,31 @@ def _reference_attention_map(model, batch):
 
 
 def buggy_attention_map(model, batch):
-    # model: an attention module, maybe in the middle of training; batch: (B, T, d_in)
+    # model: attention layers, in the middle of training or finished; batch: (B, T, d_in)
     with torch.no_grad():                       # a picture needs no gradients
         _, attn_weights = model(batch, return_weights=True)
     return attn_weights                         # (B, T, T), to plot
 
 
 def _solution_attention_map(model, batch):
-    was_training = model.training               # remember the mode, to put it back
-    model.eval()                                # dropout off: the weights the model uses when put to use
+    # model.train(mode) would set every part to one mode: remember each part's own (a frozen layer stays frozen).
+    modes = {module: module.training for module in model.modules()}
+    model.eval()                                # dropout off everywhere: the weights a finished model uses
     with torch.no_grad():
         _, attn_weights = model(batch, return_weights=True)
-    model.train(was_training)                   # training goes on as before
+    for module, was_training in modes.items():  # training goes on as before
+        module.training = was_training          # this module only, not the ones inside it
     return attn_weights
 
 
 _STILL_DROPPING = (
     "some weights are 0 or larger than the model's own, and a second call gives another picture: dropout is still "
     "on. Gradients or not, a module in training mode drops weights. What switches it off?"
+)
+_SAME_DRAW = (
+    "every call now gives the same picture, but some weights are still 0 and others larger than the model's own: "
+    "it is one fixed dropout draw. The picture should show the weights a finished model uses, none dropped. What "
+    "switches dropout off?"
 )
 
 
@@ -239,8 +287,15 @@ def _map_properties(got: torch.Tensor, case: Case, function) -> str | None:
     expected = _reference_attention_map(model, batch)
     visible = ~causal_mask(expected.shape[-1]).expand_as(expected)
     if bool((got[visible] == 0).any()) or not torch.allclose(got, expected, atol=1e-5):
-        if model.dropout.p > 0 and bool(((got[visible] == 0) | torch.isclose(
-                got[visible], expected[visible] / (1 - model.dropout.p), atol=1e-5)).any()):
+        ps = {m.p for m in model.modules() if isinstance(m, torch.nn.Dropout) and m.p > 0}
+        if any(bool(((got[visible] == 0) | torch.isclose(got[visible], expected[visible] / (1 - p), atol=1e-5)).any())
+               for p in ps):
+            try:
+                again = function(*case.fresh_args()[0])
+            except Exception:  # a second call that fails says nothing about the first
+                again = None
+            if isinstance(again, torch.Tensor) and again.shape == got.shape and torch.equal(again, got):
+                return _SAME_DRAW
             return _STILL_DROPPING
         return "these are not the weights the model gives in eval mode (dropout off) for this batch."
     return None
@@ -248,17 +303,19 @@ def _map_properties(got: torch.Tensor, case: Case, function) -> str | None:
 
 attention_map = SpotTheBug(
     "Spot the bug: a picture that leaves the model as it found it",
-    "attention_map(model, batch) returns a model's attention weights (B, T, T) to plot, during training and on "
-    "finished models. Two calls in a row, with no training step between them, give different pictures. Fix it so "
-    "the picture changes nothing: the model ends in the mode it came in, a model in training trains on exactly as "
-    "it would have without the picture, a finished model keeps giving the same weights, and PyTorch's global "
-    "random generator is neither reseeded nor drawn from.",
+    "attention_map(model, batch) should return, to plot, the attention weights (B, T, T) a model uses once "
+    "training is over, none dropped at random, whether it is called in the middle of training or on a finished "
+    "model. The version given draws another picture at every call during training. Fix it so the picture changes "
+    "nothing: every part of the model ends in the mode it came in (a model in training may hold a frozen layer), "
+    "a model in training trains on exactly as it would have without the picture, a finished model keeps giving "
+    "the same weights, and PyTorch's global random generator is neither reseeded nor drawn from.",
     reference=_reference_attention_map,
     cases=_model_cases,
     hint=["Call buggy_attention_map twice on the same CausalAttention(3, 2, 6, dropout=0.5) and compare where the "
           "zeros are. Which part of the module makes them, and what switches it off (section 6)?",
-          "A finished model comes in one mode, a model in training in another. Which attribute tells you the mode "
-          "a model came in?"],
+          "A finished model comes in one mode, a model in training in another, and a frozen layer inside a model "
+          "in training in a mode of its own. Switching a module's mode switches every module inside it: what must "
+          "you remember before you switch, so that every part ends where it was?"],
     solution=_solution_attention_map,
     buggy=buggy_attention_map,
     bug_message=_STILL_DROPPING,

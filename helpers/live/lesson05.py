@@ -66,21 +66,21 @@ def mark_dropped(heatmap: Heatmap, keep: torch.Tensor, crosses: LineCollection |
     return crosses
 
 
-def monte_carlo_figure(row_sums: torch.Tensor, predicted_std: torch.Tensor, tokens: Sequence[str],
-                       p: float) -> CourseFigure:
-    """Left: the running mean of every row sum over the draws; right: the spread of one draw's row sum.
+def monte_carlo_figure(row_sums: torch.Tensor, tokens: Sequence[str], p: float, row: int = 1) -> CourseFigure:
+    """Left: the running mean of every row sum over the draws; right: how often each sum of one row came up.
 
-    ``row_sums``: ``(n, T)``, one row sum per draw and query token; ``predicted_std``: ``(T,)``.
+    ``row_sums``: ``(n, T)``, one row sum per draw and query token; ``row``: the query token whose single draws the
+    right panel counts (one bar per distinct sum, its height the fraction of the draws that gave it).
     """
     row_sums = row_sums.cpu().double()
     num_draws = row_sums.shape[0]
     running_means = row_sums.cumsum(dim=0) / torch.arange(1, num_draws + 1).unsqueeze(1)  # (N, T)
     fig = _spaced(new_figure(12, 4.4, ncols=2))
-    mean_ax, std_ax = fig.axes
+    mean_ax, hist_ax = fig.axes
     top = torch.log10(torch.tensor(float(num_draws))).item()
     shown_at = torch.logspace(0, top, 300).long().clamp(max=num_draws).unique()  # even steps on a log axis
-    for row, token in enumerate(tokens):
-        mean_ax.plot(shown_at, running_means[shown_at - 1, row], label=f"row {row} ('{token}')", linewidth=1.2)
+    for query, token in enumerate(tokens):
+        mean_ax.plot(shown_at, running_means[shown_at - 1, query], label=f"row {query} ('{token}')", linewidth=1.2)
     mean_ax.axhline(1.0, color="black", linestyle="--", linewidth=1)
     mean_ax.set_xscale("log")
     mean_ax.set_ylim(0.0, 2.2)
@@ -88,12 +88,20 @@ def monte_carlo_figure(row_sums: torch.Tensor, predicted_std: torch.Tensor, toke
     mean_ax.set_ylabel("mean row sum over the first $n$ draws")
     mean_ax.set_title(f"$p$ = {p:g}: every row averages to 1")
     mean_ax.legend(loc="upper right", fontsize=8)
-    measured = Bars(std_ax, row_sums.std(dim=0), tokens, xlabel="query token",
-                    ylabel="standard deviation of the row sum", ylim=(0.0, 1.2),
-                    title="How far one draw's row sum strays from 1")
-    dots, = std_ax.plot(range(len(tokens)), predicted_std.cpu().tolist(), "o", color="black")
-    std_ax.legend([measured.bars[0], dots], [f"measured over {num_draws:,} draws", "predicted: $\\sigma_i$"],
-                  loc="upper right")
+    # One row's single draws: the distinct sums (equal up to rounding) and the fraction of draws that gave each.
+    sums, counts = torch.unique(row_sums[:, row].mul(1e6).round().div(1e6), return_counts=True)
+    fractions = counts.double() / num_draws
+    hist_ax.bar(sums.tolist(), fractions.tolist(), width=0.04, color="tab:orange")
+    for value, fraction in zip(sums.tolist(), fractions.tolist()):
+        hist_ax.text(value, fraction, f"{value:.2f}", ha="center", va="bottom", fontsize=9)
+    hist_ax.axvline(1.0, color="black", linestyle="--", linewidth=1)
+    hist_ax.set_xlim(-0.15, 2.15 if float(sums.max()) <= 2.0 else float(sums.max()) + 0.15)
+    hist_ax.set_ylim(0.0, 1.15 * float(fractions.max()))
+    hist_ax.set_xlabel(f"sum of row {row} in one draw (dashed: 1)")
+    hist_ax.set_ylabel(f"fraction of the {num_draws:,} draws")
+    hits_one = bool(((sums - 1).abs() < 1e-6).any())
+    hist_ax.set_title(f"Row {row} ('{tokens[row]}'): {len(sums)} different sums, "
+                      + ("1 among them" if hits_one else "none of them 1"))
     return fig
 
 
@@ -139,7 +147,7 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         largest = float(dropped.max())  # this draw's largest survivor; all dropped: the largest possible one
         heatmap.image.set_clim(0.0, largest if largest > 0 else top)  # before the update: numbers' colours fit
         heatmap.update(dropped, title=f"$p$ = {p:.2f}, seed {seed}: {num_dropped} of {int(visible.sum())} "
-                                      f"weights dropped, survivors x {top:.2f}")
+                                      f"weights dropped, kept weights x {top:.2f}")
         heatmap.image.set_data(np.ma.masked_array(dropped.numpy(), mask=(visible & ~keep).numpy()))
         mark_dropped(heatmap, keep, crosses)
         bars.ylim = (0.0, 1.25 * top)
