@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
@@ -74,12 +75,35 @@ def test_buggy_code_runs_and_is_named(name, capsys):
     assert "def buggy_" in capsys.readouterr().out
 
 
-def test_solution_is_shown_only_on_request_under_the_task_name(capsys):
-    lesson01.score_matrix.check(placeholder)
-    assert "inputs @ inputs.T" not in capsys.readouterr().out
+def test_solution_is_shown_only_on_request_under_the_task_name(capsys, monkeypatch):
+    monkeypatch.setattr(lesson01.score_matrix, "_answer_name", "")      # no check has seen a learner's function
     lesson01.score_matrix.solution()
     out = capsys.readouterr().out
     assert "def score_matrix(inputs):" in out and "inputs @ inputs.T" in out
+    lesson01.score_matrix.check(placeholder)
+    assert "inputs @ inputs.T" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_a_pasted_model_answer_replaces_the_learners_cell_and_passes(name, capsys, monkeypatch):
+    """solution() prints the answer under the name of the learner's function (or class) that the cell checks, so
+    that pasting it over the cell defines what the cell's check call uses; the answer then passes."""
+    exercise = ALL[name]
+    monkeypatch.setattr(exercise, "_answer_name", "")
+
+    def learner_answer(*args, **kwargs):
+        raise NotImplementedError
+
+    exercise.check(learner_answer)
+    exercise.check(exercise._solution)              # the model answer's own (private) name is never taken
+    capsys.readouterr()
+    exercise.solution()
+    printed = capsys.readouterr().out.split(":\n\n", 1)[1]
+    assert printed.lstrip().startswith(("def learner_answer(", "class learner_answer(")), printed[:80]
+    namespace = dict(vars(importlib.import_module(exercise._solution.__module__)))   # the lesson's own names
+    exec(printed, namespace)
+    feedback = exercise.check(namespace["learner_answer"])
+    assert feedback.passed, feedback.message
 
 
 def test_shape_is_reported_before_values():

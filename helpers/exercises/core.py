@@ -406,7 +406,7 @@ class FunctionExercise:
                  hint: str | Sequence[str], solution: Callable, mistakes: Sequence[Mistake] = (), *,
                  atol: float = 1e-5, rtol: float = 1e-4, seed: int = 0,
                  properties: Callable[[object, Case, Callable], str | None] | None = None,
-                 rules: Sequence[Rule] = (), name: str = ""):
+                 rules: Sequence[Rule] = (), name: str = "", answer_name: str = ""):
         for arg, value in (("reference", reference), ("cases", cases), ("solution", solution)):
             if not callable(value):
                 raise TypeError(f"{arg} must be callable, got {type(value).__name__}")
@@ -420,6 +420,8 @@ class FunctionExercise:
         self._hints, self._hints_shown, self._solution, self.mistakes = hints, 0, solution, list(mistakes)
         self.atol, self.rtol, self.seed, self.properties = atol, rtol, seed, properties
         self.rules, self.name = list(rules), name
+        self._default_name = answer_name or re.sub(r"^_solution_", "", solution.__name__)
+        self._answer_name = ""   # the name of the learner's last checked function: solution() prints under it
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.title!r})"
@@ -442,8 +444,15 @@ class FunctionExercise:
             print(WITHHELD_MESSAGE)
             return
         print(f"A model answer for {self.title}:\n")
+        print(self._solution_source())
+
+    def _solution_source(self) -> str:
+        """The model answer's source, under the name of the learner's own function or class once a check has seen
+        it (so that it can replace the learner's cell as it is), else under the name the task asks for."""
         source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
-        print(re.sub(r"^def _solution_", "def ", source))  # shown under the name the task asks for
+        own = self._solution.__name__
+        name = self._answer_name or self._default_name
+        return re.sub(rf"^(def|class) {re.escape(own)}\b", lambda match: f"{match.group(1)} {name}", source, count=1)
 
     def check(self, function) -> Feedback:
         """Run ``function`` on every case and report the first problem, or that it is correct.
@@ -451,6 +460,9 @@ class FunctionExercise:
         Checking never moves the learner's random stream: the next ``torch.rand`` after a check draws what it
         would have drawn without it (the whole check runs on a fork of the CPU generator).
         """
+        name = getattr(function, "__name__", "")
+        if isinstance(name, str) and name.isidentifier() and not name.startswith("_"):   # not "<lambda>", not ours
+            self._answer_name = name
         with torch.random.fork_rng(devices=[]):
             feedback = self._check(function)
         from . import records  # a small module of its own: the checks write through it

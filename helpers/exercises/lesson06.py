@@ -284,8 +284,7 @@ class _ModuleExercise(FunctionExercise):
         if getattr(_core, "SOLUTIONS_WITHHELD", False):   # an instructor's copy: the parent prints why not
             return super().solution()
         print(f"A model answer for {self.title}:\n")
-        source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
-        print(re.sub(r"^class _Solution", "class MyCausal", source))
+        print(self._solution_source())
 
     def _not_done(self) -> Feedback:
         return Feedback("not done", f"⏳ {self.title}: not done yet. Replace the lines `raise NotImplementedError` "
@@ -521,6 +520,7 @@ causal_multi_head = _ModuleExercise(
           "tokens and take the top-left (T, T) corner in forward.",
           "Merging is splitting backwards, step for step in reverse order."],
     solution=_SolutionMultiHeadAttention,
+    answer_name="MyCausalMultiHeadAttention",
     mistakes=[],
 )
 
