@@ -255,15 +255,15 @@ def test_trained_table_is_one_row_per_init_that_says_what_the_lesson_says(task):
     lines = trained_table(task, inits, seeds=(0,)).splitlines()
     assert "d_in = 32, d_k = 6, 200 steps, seeds 0" in lines[0]              # what was trained
     assert "seed 0, on a fresh batch, untrained -> trained" in lines[1]
-    header = " ".join(" ".join(lines[1:4]).split())
-    for words in ("weight on target ≥ 0.9", "ln 6 = 1.79", "exactly", "gradient norm", "W_q"):
+    header = " ".join(" ".join(lines[1:5]).split())
+    for words in ("weight on target ≥ 0.9", "ln 6 = 1.79", "exactly", "gradient norm", "W_q", "mean largest a_ij"):
         assert words in header, words
-    rows = {line.split()[0]: line.split()[1:] for line in lines[4:]}
+    rows = {line.split()[0]: line.split()[1:] for line in lines[5:]}
     assert list(rows) == ["torch.rand", "nn.Linear", "positive"]
     assert rows["torch.rand"][0] == "never" and float(rows["torch.rand"][1]) > 1.7   # stalls near a blind guess
-    assert rows["torch.rand"][2:5] == ["94%", "->", "100%"] and rows["torch.rand"][-2:] == ["<", "1e-12"]
+    assert rows["torch.rand"][2:6] == ["94%", "->", "100%;", "1.00"] and rows["torch.rand"][-2:] == ["<", "1e-12"]
     assert rows["nn.Linear"][0].isdigit() and float(rows["nn.Linear"][1]) < 0.1      # learns the task
-    assert rows["nn.Linear"][2:5] == ["0%", "->", "0%"]
+    assert rows["nn.Linear"][2:5] == ["0%", "->", "0%;"] and float(rows["nn.Linear"][5]) < 0.5   # far from one-hot
     assert rows["positive"] == rows["torch.rand"]                                     # same class, same numbers
 
 
@@ -310,3 +310,20 @@ def test_the_training_excerpt_the_lesson_prints_is_self_contained():
     assert "probe" not in excerpt and "fork_rng" not in excerpt and "Generator().manual_seed(seed)" in excerpt
     body = excerpt.split("TrainingRun:\n", 1)[1]
     assert body.count("vocab_size = len(task.vocab)") == 1 and len(body.splitlines()) <= 20
+
+
+def test_mean_largest_weight_spans_uniform_to_one_hot():
+    from helpers.live.lesson03 import mean_largest_weight
+    from helpers.tasks import PreviousTokenTask
+    task = PreviousTokenTask()
+    model = helpers.SelfAttention_v2(task.d_in, len(task.vocab))
+    with torch.no_grad():
+        for layer in (model.W_query, model.W_key):
+            layer.weight.zero_()                       # every score 0: uniform rows
+    assert mean_largest_weight(model, task) == pytest.approx(1 / task.num_tokens, abs=1e-6)
+    with torch.no_grad():
+        model.W_query.weight.normal_(0, 1e4)             # huge scores: one-hot rows
+        model.W_key.weight.normal_(0, 1e4)
+    assert mean_largest_weight(model, task) > 0.99
+    with pytest.raises(TypeError, match="task"):
+        mean_largest_weight(model, "task")

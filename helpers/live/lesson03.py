@@ -32,7 +32,7 @@ from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "train_inits", "trained_table"]
+           "init_side_by_side", "saturation", "mean_largest_weight", "train_inits", "trained_table"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
@@ -234,6 +234,18 @@ def saturation(model: nn.Module, task: PreviousTokenTask, batch_size: int = 64,
     return one_hot, grad.norm().item()
 
 
+def mean_largest_weight(model: nn.Module, task: PreviousTokenTask, batch_size: int = 64, seed: int = 99) -> float:
+    """On the fresh batch :func:`saturation` uses: the mean over all attention rows of the row's largest weight
+    (1.0 when every row is one-hot, ``1 / T`` when every row is uniform)."""
+    if not isinstance(task, PreviousTokenTask):
+        raise TypeError(f"task must be a PreviousTokenTask, got {type(task).__name__}")
+    device = _query_weight(model).device
+    token_ids = task.sample(batch_size, torch.Generator().manual_seed(seed))          # (B, T)
+    with torch.no_grad():
+        _, attn_weights = model(task.embed(token_ids).to(device), return_weights=True)  # (B, T, T)
+    return attn_weights.max(dim=-1).values.mean().item()
+
+
 def _grad_text(value: float) -> str:
     return "< 1e-12" if value < 1e-12 else f"{value:.0e}"  # one digit: CPU and GPU agree on it
 
@@ -256,7 +268,8 @@ def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seq
     """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in one table, one row per
     class: after how many steps (rounded to 10) the probe's mean weight on the target key first reaches ``level``,
     and the final loss, seed by seed; for the first seed, :func:`saturation` at step 0 and after training (the
-    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``)."""
+    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``) and, untrained,
+    :func:`mean_largest_weight`."""
     _check_inits(inits, exactly=None)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
@@ -272,7 +285,8 @@ def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seq
              line(["", "steps until mean", "final loss", f"seed {first}, on a fresh batch, untrained -> trained:", ""]),
              line(["", f"weight on target ≥ {level}", f"(ln {vocab_size} = {math.log(vocab_size):.2f}:",
                    "rows of A exactly", "gradient norm"]),
-             line(["init", "(to 10)", "blind guess)", "one-hot", "that reaches W_q"])]
+             line(["init", "(to 10)", "blind guess)", "one-hot; untrained", "that reaches W_q"]),
+             line(["", "", "", "mean largest a_ij", ""])]
     for name, cls in inits.items():
         reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
         steps = ", ".join("never" if r is None else str(round(r, -1)) for r in reached)
@@ -280,6 +294,7 @@ def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seq
         trained = runs[cls.__name__, first].model
         untrained = _build(cls, task.d_in, vocab_size, first, _query_weight(trained).device)
         (hot_0, grad_0), (hot_1, grad_1) = saturation(untrained, task), saturation(trained, task)
-        lines.append(line([name, steps, losses, f"{hot_0:.0%} -> {hot_1:.0%}",
+        top_0 = mean_largest_weight(untrained, task)
+        lines.append(line([name, steps, losses, f"{hot_0:.0%} -> {hot_1:.0%}; {top_0:.2f}",
                            f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}"]))
     return "\n".join(lines)
