@@ -79,6 +79,19 @@ def test_decoder_masks_names_the_causal_threshold_on_both_sides():
     assert "words after it" in lesson10.decoder_masks.check(one_word_ahead).message
 
 
+def test_decoder_masks_names_a_causal_only_self_mask_by_the_task_s_own_rule():
+    # Padding sits at the end, so a causal self_mask alone is right for every real word; the padded words still
+    # read padding keys, which the task forbids ("no query reads padding"). The feedback says that, and does not
+    # contradict the task by appealing to padding elsewhere.
+    def causal_only(t, s):
+        encoder_mask, _, cross_mask = lesson10.decoder_masks.reference(t, s)
+        future = torch.ones(t.shape[1], t.shape[1], dtype=torch.bool).triu(1)
+        return encoder_mask, future.expand(t.shape[0], -1, -1).clone(), cross_mask
+    feedback = lesson10.decoder_masks.check(causal_only)
+    assert feedback.status == "wrong" and "a padded word still reads padding keys" in feedback.message
+    assert "wherever the padding sits" not in feedback.message
+
+
 def test_decoder_masks_asks_for_a_mask_no_cell_of_the_lesson_builds():
     # The cross mask is section 2's line; the encoder's mask is new work (padding keys, square, no causal part).
     assert "encoder_mask (B, T_k, T_k)" in lesson10.decoder_masks.task

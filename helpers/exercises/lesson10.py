@@ -167,9 +167,9 @@ decoder_masks = FunctionExercise(
                 "your self_mask hides whole rows of the target's padding (the query axis). Hide padding keys "
                 "(columns), not rows: the same columns for every query."),
         Mistake(_no_target_padding,
-                "your self_mask is causal but does not hide the target's padding keys. With the padding on the "
-                "right, the causal mask already hides them from every real word, so the words that count come out "
-                "the same; the task asks for both, so that the mask stays right wherever the padding sits."),
+                "your self_mask is causal but does not hide the target's padding keys. The causal mask hides them "
+                "from every real word, but a padded word still reads padding keys, its own and any before it, and "
+                "no query may read padding: hide the target's padding keys as well."),
     ],
 )
 
