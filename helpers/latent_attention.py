@@ -51,8 +51,9 @@ class MultiHeadLatentAttention(nn.Module):
 
     ``forward(x, cache=None, absorbed=False)``: ``x`` ``(B, T_new, d_in)`` -> ``(B, T_new, d_out)``; with
     ``return_weights=True`` also the weights ``(B, H, T_new, T_k)``. With a cache from :meth:`new_cache`, ``x``
-    holds only the new tokens, at positions ``cache.num_seen, ...``. Scores are divided by ``sqrt(D + d_R)``, the
-    width of a head's query, on both paths. DeepSeek's models also normalise the latents (RMSNorm), left out here.
+    holds only the new tokens, at positions ``cache.num_seen, ...``. Scores are divided by
+    ``sqrt(head_dim + d_R)``, the width of a head's query, on both paths. DeepSeek's models also normalise the
+    latents (RMSNorm), left out here.
     """
 
     def __init__(self, d_in: int, d_out: int, context_length: int, dropout: float, num_heads: int, latent_dim: int,
@@ -138,7 +139,7 @@ class MultiHeadLatentAttention(nn.Module):
             queries = torch.cat([latent_queries, query_rotary], dim=-1)  # (B, H, T, d_c + d_R)
             keys = torch.cat([latents, rope_keys], dim=-1)               # (B, 1, T_k, d_c + d_R): one head for all
             # The course's attention divides by sqrt(width of the keys) = sqrt(d_c + d_R); a head's query is
-            # D + d_R wide, so the queries are rescaled to give the naive path's sqrt(D + d_R).
+            # head_dim + d_R wide, so the queries are rescaled to give the naive path's sqrt(head_dim + d_R).
             queries = queries * math.sqrt((self.latent_dim + self.rope_dim) / (self.head_dim + self.rope_dim))
             latent_context, attn_weights = scaled_dot_product_attention(queries, keys, latents, mask=mask, **drop)
             outputs = torch.einsum("bhtc,hco->bto", latent_context, up_values_out) + self.out_proj.bias

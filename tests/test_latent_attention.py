@@ -200,3 +200,24 @@ def test_the_mla_diagram_draws_its_sizes_and_rejects_bad_ones():
     assert figure_to_png(fig).startswith(b"\x89PNG")
     with pytest.raises(ValueError, match="latent_dim"):
         mla_flow_diagram(latent_dim=0)
+
+
+def test_the_mla_diagram_keeps_the_shared_keys_wire_clear_of_every_label():
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from helpers.diagrams.latent_attention import mla_flow_diagram
+    for sizes in (dict(), dict(d_in=6, latent_dim=5, rope_dim=2, num_heads=2, head_dim=3)):
+        fig = mla_flow_diagram(**sizes)
+        ax = fig.axes[0]
+        renderer = FigureCanvasAgg(fig).get_renderer()
+        wire = next(line for line in ax.lines if line.get_color() == "#238b45")     # k^R_j to every head's key
+        lowest = max(wire.get_ydata())                                               # y points down
+        x0, x1 = min(wire.get_xdata()), max(wire.get_xdata())
+        for text in ax.texts:
+            corners = ax.transData.inverted().transform(text.get_window_extent(renderer).get_points())
+            left, right = sorted(corners[:, 0])
+            top = min(corners[:, 1])                                                 # the text's upper edge
+            if text.get_text().startswith(("cached:", "hatched:")):
+                assert top > lowest + 0.3, f"{text.get_text()!r} touches the k^R wire"
+            elif right > x0 and left < x1 and top > lowest:                          # any other text below it
+                assert top > lowest + 0.3, f"{text.get_text()!r} touches the k^R wire"

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from helpers.generation import kv_cache_bytes
-from helpers.live.lesson14 import DTYPES, cache_memory_explorer, recall_figure
+from helpers.live.lesson14 import DTYPES, cache_memory_explorer, print_cache_table, recall_figure
 from helpers.plotting import figure_to_png
 
 MODELS = {"A": dict(num_layers=4, num_kv_heads=2, head_dim=8),
@@ -75,3 +75,23 @@ def test_crossings_of_the_chosen_model_are_marked_at_the_exact_token():
     assert written == [f"crosses B (window)\nat {first:,} tokens"]  # and none with A, which C stays below
     view.controls["model"].value = "A"
     assert not [text for text in curve_ax.texts if text.get_text().startswith("crosses")]
+
+
+def test_the_cache_table_prints_kv_cache_bytes_and_a_dash_past_a_context(capsys):
+    print_cache_table(MODELS, LIMITS, lengths=(1024, 16384))
+    header, *rows = capsys.readouterr().out.splitlines()
+    assert header.split() == ["model", "per", "token", "at", "1,024", "tokens", "at", "16,384", "tokens"]
+    assert [row[:20].strip() for row in rows] == list(MODELS)
+    a_row, latent_row = rows[0].split(), rows[2].split()
+    assert a_row[1] == f"{kv_cache_bytes(**MODELS['A']) / 1024:.1f}" and a_row[-1] == "-"   # A reads 8,192 at most
+    assert latent_row[-2] == f"{kv_cache_bytes(**MODELS['C (latent)'], num_tokens=16384) / 2**30:.3f}"
+    with pytest.raises(ValueError, match="context_limits"):
+        print_cache_table(MODELS, {"A": 1024})
+
+
+def test_the_chosen_model_is_outlined_and_the_last_number_fits():
+    view = cache_memory_explorer(MODELS, LIMITS, "C (latent)", num_tokens=16384)
+    dots_ax = view.fig.axes[1]
+    assert "black outline: the chosen model" in dots_ax.get_title()
+    largest = np.nanmax([line.get_xdata()[0] for line in dots_ax.lines])        # A reads no 16,384 tokens
+    assert largest * 1.35 * 2 < dots_ax.get_xlim()[1] <= largest * 5     # room for its label, no empty decade

@@ -32,17 +32,19 @@ def mla_flow_diagram(d_in: int = 8, latent_dim: int = 4, rope_dim: int = 2, num_
     head_gap = 2.6
     top = 5.4                                           # first head's row
     heads_height = num_heads * head_gap
-    absorbed_top = top + heads_height + 2.8
     width = d_in + latent_dim + 2 * head_dim + rope_dim + 26
+    xj_y = top + heads_height / 2 - 1.2
+    c_y, r_y = xj_y - 1.6, xj_y + 2.2
+    # k^R_j's green wire runs under the cache box and under the heads, its labels below it: nothing touches
+    green_y = max(r_y + 2.1, top + heads_height - head_gap + 1.0) + 0.5
+    absorbed_top = green_y + 3.3
     height = absorbed_top + 4.0
     fig, ax = diagram_canvas(width, height)
     # the token
-    xj_y = top + heads_height / 2 - 1.2
     tensor_grid(ax, 0.5, xj_y, 1, d_in, name="token $x_j$", shape_text=f"(1, $d_\\mathrm{{in}}$ = {d_in})",
                 fontsize=12)
     # the cache: c_j and k^R_j
     cx = d_in + 7.5
-    c_y, r_y = xj_y - 1.6, xj_y + 2.2
     tensor_grid(ax, cx, c_y, 1, latent_dim, color=LATENT_COLOUR, name="latent $c_j$",
                 shape_text=f"(1, $d_c$ = {latent_dim})", fontsize=12)
     tensor_grid(ax, cx, r_y, 1, rope_dim, color=PALETTE["keys"], name="rotary key $k^R_j$",
@@ -51,8 +53,8 @@ def mla_flow_diagram(d_in: int = 8, latent_dim: int = 4, rope_dim: int = 2, num_
     box_w = max(latent_dim, rope_dim) + 4.4
     ax.add_patch(Rectangle((box_left, c_y - 1.3), box_w, r_y - c_y + 3.4, fill=False, edgecolor=_CACHE,
                            linewidth=1.5, linestyle="--"))
-    label(ax, box_left + box_w / 2, r_y + 3.0, f"cached: $d_c + d_R$ = {latent_dim + rope_dim}\nnumbers a token",
-          fontsize=11, color=_CACHE)
+    label(ax, box_left + box_w / 2, green_y + 0.5, f"cached: $d_c + d_R$ = {latent_dim + rope_dim} numbers a token",
+          fontsize=11, color=_CACHE, va="top")
     arrow(ax, (0.5 + d_in, xj_y + 0.3), (cx, c_y + 0.5), "$W^{DKV}$ (down)", fontsize=11, text_offset=(-0.4, -0.1))
     arrow(ax, (0.5 + d_in, xj_y + 0.7), (cx, r_y + 0.5), "$W^{KR}$, then RoPE $R_j$", fontsize=11,
           text_offset=(-2.4, 0.75))
@@ -60,7 +62,7 @@ def mla_flow_diagram(d_in: int = 8, latent_dim: int = 4, rope_dim: int = 2, num_
     kx = box_left + box_w + 5.0
     vx = kx + head_dim + rope_dim + 3.5
     # k^R_j goes down, under the heads, and up a green bus on the right of the keys: it crosses no label
-    green_x, green_y = kx + head_dim + rope_dim + 0.8, top + heads_height - 0.6
+    green_x = kx + head_dim + rope_dim + 0.8
     ax.plot([cx + rope_dim, cx + rope_dim + 0.5, cx + rope_dim + 0.5, green_x, green_x],
             [r_y + 0.5, r_y + 0.5, green_y, green_y, top + 0.5], color="#238b45", linewidth=1.0)
     for h in range(num_heads):
@@ -86,8 +88,8 @@ def mla_flow_diagram(d_in: int = 8, latent_dim: int = 4, rope_dim: int = 2, num_
         arrow(ax, (green_x, y + 0.5), (kx + head_dim + rope_dim, y + 0.5), color="#238b45")   # into k_{j,h}'s k^R
     label(ax, kx + (head_dim + rope_dim) / 2, top - 3.5, "naive path: every head expands $c_j$", fontsize=11,
           fontweight="bold")
-    label(ax, kx, top + heads_height + 0.5, "hatched: the one $k^R_j$, shared by all heads", fontsize=11,
-          color="#238b45", ha="left")
+    label(ax, kx, green_y + 0.5, "hatched: the one $k^R_j$, shared by all heads", fontsize=11,
+          color="#238b45", ha="left", va="top")
     # the absorbed path
     ay = absorbed_top
     label(ax, width / 2, ay - 0.9, "absorbed path: fold $W^{UK}_h$ into the query, meet the cache directly",

@@ -1,7 +1,8 @@
-"""The live picture of notebook 14: what the cache of real models costs, against the context length.
+"""Notebook 14's pictures: what the cache of real models costs, against the context length (live, and as a table),
+and how many stored values a look-up reads back.
 
 Each model is the keyword arguments of :func:`helpers.generation.kv_cache_bytes` that describe it (layers, heads,
-windows, latent widths); the picture never computes a byte count of its own.
+windows, latent widths); neither the picture nor the table computes a byte count of its own.
 """
 
 from __future__ import annotations
@@ -12,12 +13,27 @@ from ..generation import kv_cache_bytes
 from ..plotting import CourseFigure, new_figure
 from ..widgets import LiveFigure, choice, steps_slider
 
-__all__ = ["DTYPES", "CONTEXT_LENGTHS", "cache_memory_explorer", "recall_figure"]
+__all__ = ["DTYPES", "CONTEXT_LENGTHS", "print_cache_table", "cache_memory_explorer", "recall_figure"]
 
 DTYPES = {"bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "fp32": torch.float32}
 CONTEXT_LENGTHS = [1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072]
 BATCH_SIZES = [1, 2, 4, 8, 16, 32, 64]
 _METHOD_COLOURS = {"softmax": "tab:blue", "linear": "tab:orange", "delta rule": "tab:green", "least squares": "tab:red"}
+
+
+def print_cache_table(models: dict[str, dict], context_limits: dict[str, int],
+                      lengths: tuple[int, ...] = (1024, 4096, 32768)) -> None:
+    """Print each model's cache in bf16: KiB a token, then GiB for one sequence of each of ``lengths`` tokens.
+
+    A dash marks a length past the model's longest context (``context_limits``).
+    """
+    if set(context_limits) != set(models):
+        raise ValueError(f"context_limits must give the longest context of every model: {list(models)}")
+    print(f"{'model':<20}{'per token':>12}" + "".join(f"{f'at {t:,} tokens':>19}" for t in lengths))
+    for name, spec in models.items():
+        columns = [f"{kv_cache_bytes(**spec, num_tokens=t) / 2**30:>15.3f} GiB" if t <= context_limits[name]
+                   else f"{'-':>19}" for t in lengths]
+        print(f"{name:<20}{kv_cache_bytes(**spec) / 2**10:>8.1f} KiB" + "".join(columns))
 
 
 def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int], model: str | None = None,
@@ -27,7 +43,7 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
     Left: GiB of cache against the context length for every model up to its own longest context
     (``context_limits``), both axes logarithmic, the chosen model bold with a dot at the chosen length. Right: every
     model's cache at the chosen length, batch and format as a dot on a log axis (a dot plot: a bar's length on a log
-    axis would mean nothing), in the model's line colour, the chosen one ringed in black; a model that cannot read
+    axis would mean nothing), in the model's line colour, the chosen one outlined in black; a model that cannot read
     that far gets no dot, only a dash. A model with a window is drawn dashed and on top, so that its line shows
     where it lies on another's; every length at which the chosen model's curve crosses another's is marked and
     written out (found exactly, token by token, with ``kv_cache_bytes``). A model whose context ends before the
@@ -139,9 +155,9 @@ def cache_memory_explorer(models: dict[str, dict], context_limits: dict[str, int
             text.set_x(value * 1.35 if inside else left)
             text.set_text(f"{value:,.2f}" if inside else f"– (reads {context_limits[name]:,} tokens at most)")
             text.set_fontweight("bold" if name == model else "normal")
-        dots_ax.set_xlim(left / 2, (max(readable) if readable else max(now)) * 40)
+        dots_ax.set_xlim(left / 2, (max(readable) if readable else max(now)) * 4)   # room for the last number
         dots_ax.set_title(f"Every model at {num_tokens:,} tokens, batch {batch_size}, {dtype}\n"
-                          f"(black ring: the chosen model; –: past its context)", fontsize=10)
+                          f"(black outline: the chosen model; –: past its context)", fontsize=10)
 
     return LiveFigure(fig, redraw, {"model": choice("model", names, model),
                                     "num_tokens": steps_slider("context length T", CONTEXT_LENGTHS, num_tokens),
