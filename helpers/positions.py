@@ -116,7 +116,7 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor | None = None, base: flo
         pairs: ``"adjacent"`` rotates dimensions ``(2r, 2r + 1)`` (Su et al. 2021); ``"halves"`` rotates
             ``(r, r + head_dim / 2)`` (the "rotate half" layout of GPT-NeoX-style code).
 
-    Pair ``(a, b)`` turned by the angle ``beta`` becomes ``(a cos beta - b sin beta, a sin beta + b cos beta)``.
+    Pair ``(a, b)`` turned by the angle ``gamma`` becomes ``(a cos gamma - b sin gamma, a sin gamma + b cos gamma)``.
     """
     check_float_tensor("x", x)
     if x.dim() < 2:

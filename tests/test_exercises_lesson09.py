@@ -177,6 +177,8 @@ def test_the_task_states_the_scaling_and_the_untouched_values():
                                    / k.shape[-1] ** 0.5, -1) @ v, "rotate-half pairs"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
      "rotated the queries only"),
+    (lambda q, k, v: torch.softmax(q @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
+     "rotated the keys only"),   # the other half-fix: the turn dropped from the query line
     (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v, "no positions"),
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1), -1) @ v, "values are not"),
 ])
@@ -212,10 +214,17 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
     assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # the buggy code
 
 
-def test_the_notebook_snippet_shows_the_scores_move():
-    # The task's three-line snippet: the buggy turning lines, scores of query 0 at shifts 0 and 10.
-    q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)
-    rows = [(apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs="halves").T)[0, :3] for shift in (0, 10)]
-    assert not torch.allclose(rows[0], rows[1], atol=1e-3)
-    right = [(apply_rope(q, p + shift) @ apply_rope(k, p + shift).T)[0, :3] for shift in (0, 10)]
-    torch.testing.assert_close(right[0], right[1])
+def test_the_task_asks_for_the_shift_check_and_hint_1_holds_it():
+    # The task states the property and asks the learner to write the check; the snippet is hint 1, not the task.
+    task, first_hint = lesson09.rope_attention.task, lesson09.rope_attention._hints[0]
+    assert "First write a check" in task and "0..5" in task and "10..15" in task
+    assert "apply_rope(k, p + shift" not in task and 'pairs="halves"' in first_hint
+    code = "\n".join(line[4:] for line in first_hint.splitlines() if line.startswith("    "))
+    printed = []
+    torch.manual_seed(0)
+    exec(code, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})
+    assert len(printed) == 2 and not torch.allclose(printed[0], printed[1], atol=1e-3)   # the buggy lines move
+    right = code.replace(', pairs="halves"', "")
+    printed.clear()
+    exec(right, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})
+    torch.testing.assert_close(printed[0], printed[1])                                     # one layout: they stay

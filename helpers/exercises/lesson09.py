@@ -190,6 +190,11 @@ def _rope_values_turned(queries, keys, values):
     return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
+def _rope_on_keys_only(queries, keys, values):
+    attn_scores = queries @ apply_rope(keys).transpose(-2, -1)
+    return torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
 def _rope_after_scaling(queries, keys, values):
     attn_weights = torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values
@@ -204,15 +209,20 @@ rope_attention = SpotTheBug(
     "rope_attention(queries, keys, values) should compute attention without a mask, with RoPE on the queries "
     "and keys making the scores depend on the offset j - i only (section 4; the values are not turned): inputs "
     "(..., T, head_dim), scores divided by sqrt(head_dim), output the context vectors z_i = sum_j a_ij v_j "
-    "(..., T, head_dim). The code below runs, yet its answer is wrong. A check: shift every position by the same "
-    "constant (the positions argument of apply_rope, positions + 10); right RoPE scores stay the same. Find the "
-    "bug and fix it.",
+    "(..., T, head_dim). The code below runs, yet its answer is wrong. First write a check that needs no answer: "
+    "right RoPE scores depend on j - i only, so moving every position by the same constant leaves them as they "
+    "were. Turn random queries and keys as the printed code does, at positions 0..5 and again at 10..15 (the "
+    "positions argument of apply_rope), and compare a row of scores. Then find the bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["Run the task's check: turn the queries and keys as the code does, with positions 0..T-1 and again "
-          "with positions 10..T+9, and print a row of scores both ways. Do they stay the same?",
-          "The two turning lines differ in one argument. help(apply_rope): which dimensions form pair r for each "
-          "setting of pairs?",
+    hint=["The shift check, with the printed code's two turning lines (query 0's first three scores, at "
+          "positions 0..5 and at 10..15):\n"
+          "    q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)\n"
+          "    for shift in (0, 10):\n"
+          "        print((apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs=\"halves\").T)[0, :3])\n"
+          "Do the two rows agree?",
+          "The two turning lines differ in one argument, pairs (section 4, \"Where RoPE goes in a model\"): which "
+          "dimensions form pair r for each of its settings?",
           "Section 4's argument turns pair r of the query and pair r of the key by angles of the same frequency. "
           "Does that hold when the two are paired differently?"],
     solution=_solution_rope_attention,
@@ -223,6 +233,8 @@ rope_attention = SpotTheBug(
         Mistake(_rope_values_turned, _VALUES_TURNED),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
                                        "where the query is, not on the offset j - i: rotate the keys as well."),
+        Mistake(_rope_on_keys_only, "you rotated the keys only. Then the score q_i . R_j k_j depends on where the "
+                                    "key is, not on the offset j - i: rotate the queries as well."),
         Mistake(_rope_after_scaling, "your attention uses no positions at all: rotate the queries and keys with "
                                      "apply_rope before the scores."),
     ],

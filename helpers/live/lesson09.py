@@ -41,8 +41,8 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
                    linestyle="-" if start == starts[0] else "--", label=f"$i = {start}$: $P_{{{start}}} \\cdot P_j$")
     right.axhline(0, color="gray", linewidth=0.8)
     right.set(xlabel="distance $j - i$ between the two positions", ylabel="dot product",
-              title="Dot product of two position vectors:\n$P_i \\cdot P_j$ against $j - i$, "
-                    f"offsets 0 to {span - 1} (the ones every start has)")
+              title="Dot product of two position vectors, $P_i \\cdot P_j$, against $j - i$:\n"
+                    f"offsets 0 to {span - 1} (start {max(starts)} has no later ones within $T = {num_tokens}$)")
     right.legend(loc="upper right")
     return fig
 
