@@ -8,14 +8,18 @@
   with ``torch.nn.functional.scaled_dot_product_attention`` inside: same
   constructor, same parameters, same outputs.
 * :func:`peak_tensor_bytes` and :func:`aten_ops_called` measure what a
-  call allocates and which attention kernel PyTorch picked.
+  call allocates and which attention kernel PyTorch picked; :func:`ops_inside`
+  lists what one C++ operator calls inside itself.
 
 Shapes use ``B`` (batch), ``H`` (heads), ``T`` (tokens) and ``D`` (features).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
+import sys
 import weakref
 from collections.abc import Iterator
 from typing import NamedTuple
@@ -35,6 +39,7 @@ __all__ = [
     "FastMultiHeadAttention",
     "peak_tensor_bytes",
     "aten_ops_called",
+    "ops_inside",
     "OpRecorder",
     "FUSED_SDPA_KERNELS",
     "builds_the_weights",
@@ -238,8 +243,9 @@ _OpRecorder = OpRecorder  # the earlier, private name
 def aten_ops_called(fn, *args, **kwargs) -> list[str]:
     """Names of the aten operators that ``fn(*args, **kwargs)`` ran, each once, in order of first call.
 
-    These are the kernels at the bottom of PyTorch's dispatcher, so for
-    ``F.scaled_dot_product_attention`` the list names the backend that did the work,
+    These are the operators that pass the dispatcher's Python hook while it is active: an operator made of
+    others is seen in its pieces, but what a C++ kernel calls inside itself is not (``torch.profiler`` sees
+    that). For ``F.scaled_dot_product_attention`` the list names the backend that did the work,
     e.g. ``['aten._scaled_dot_product_flash_attention_for_cpu']`` (a fused kernel), or
     ``aten.bmm`` and ``aten._safe_softmax`` (the math fallback, which builds the weights).
     Call it outside ``torch.inference_mode`` (inside it, the dispatcher hides the choice).
@@ -249,6 +255,41 @@ def aten_ops_called(fn, *args, **kwargs) -> list[str]:
     with recorder:
         fn(*args, **kwargs)
     return list(recorder.names)
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    # PyTorch's profiler writes a start and a stop line to the process's stderr (file descriptor 2) in C++.
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (a windowless Python): nothing to quiet
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def ops_inside(fn, operator: str, *args, **kwargs) -> list[tuple[str, tuple[int, ...]]]:
+    """``(name, shape of its first input)`` of each aten operator that ``operator`` (e.g.
+    ``"aten._native_multi_head_attention"``) called directly inside itself while ``fn(*args, **kwargs)`` ran, in
+    order; empty if it did not run. Unlike :func:`aten_ops_called`, this sees inside a C++ kernel: it runs ``fn``
+    under PyTorch's profiler (``torch.profiler.profile``), which records nested calls too. Names as ``"aten.bmm"``.
+    """
+    with _quiet_stderr(), torch.profiler.profile(record_shapes=True) as profiled:
+        fn(*args, **kwargs)
+    found = []
+    for event in profiled.events():
+        if event.name.replace("::", ".") == operator:
+            for child in event.cpu_children:
+                shapes = child.input_shapes
+                found.append((child.name.replace("::", "."), tuple(shapes[0]) if shapes and shapes[0] else ()))
+    return found
 
 
 # The aten operators of SDPA's fused backends: each computes attention tile by tile, without the (T, T) weights.

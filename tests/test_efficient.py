@@ -1,4 +1,4 @@
-"""Tiled online-softmax attention, FastMultiHeadAttention, and the two measuring helpers."""
+"""Tiled online-softmax attention, FastMultiHeadAttention, and the measuring helpers."""
 
 import pytest
 import torch
@@ -10,6 +10,7 @@ from helpers.efficient import (
     FastMultiHeadAttention,
     aten_ops_called,
     iter_tile_steps,
+    ops_inside,
     peak_tensor_bytes,
     tiled_attention,
 )
@@ -274,3 +275,24 @@ def test_measuring_helpers_refuse_inference_mode():
             aten_ops_called(F.scaled_dot_product_attention, queries, keys, values)
         with pytest.raises(RuntimeError, match="inference_mode"):
             peak_tensor_bytes(F.scaled_dot_product_attention, queries, keys, values)
+
+
+def test_ops_inside_sees_what_nn_multihead_attention_hides_from_the_dispatch_hook(capfd):
+    """With a mask, nn.MultiheadAttention's own operator builds the (B, H, T, T) weights on the CPU: the dispatch
+    hook sees only the operator, the profiler sees the products and the softmax inside it, and prints nothing."""
+    torch.manual_seed(0)
+    layer = nn.MultiheadAttention(16, 2, batch_first=True).eval()
+    x, mask = torch.randn(3, 10, 16), causal_mask(10)
+
+    def call():
+        return layer(x, x, x, attn_mask=mask, need_weights=False)[0]
+
+    with torch.no_grad():
+        outer = aten_ops_called(call)
+        capfd.readouterr()
+        inside = ops_inside(call, "aten._native_multi_head_attention")
+    assert "aten._native_multi_head_attention" in outer and "aten.bmm" not in outer, outer
+    assert capfd.readouterr().err == ""
+    heavy = [(name, shape) for name, shape in inside if name in ("aten.bmm", "aten._masked_softmax")]
+    assert heavy == [("aten.bmm", (6, 10, 8)), ("aten._masked_softmax", (3, 2, 10, 10)), ("aten.bmm", (6, 10, 10))]
+    assert ops_inside(call, "aten.no_such_operator") == []

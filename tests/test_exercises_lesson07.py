@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,6 +12,8 @@ import torch.nn.functional as F
 
 from helpers.efficient import iter_tile_steps
 from helpers.exercises import lesson07
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_hints_do_not_give_the_answer():
@@ -219,3 +223,24 @@ def test_merge_names_exp_of_a_maximum_even_without_the_empty_guard(wrong):
     feedback = lesson07.merge_states.check(wrong)
     assert feedback.status == "wrong" and "exp of a maximum on its own" in feedback.message, feedback.message
     assert "whenever one part has seen a key" not in feedback.message
+
+
+def test_merge_names_a_stand_in_returned_as_the_maximum():
+    """Hint 2 suggests subtracting a finite stand-in where both parts are empty: returning that stand-in as the
+    merged maximum is the wrong answer it invites, and the checker names it."""
+    def stand_in_returned(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+        new_max = torch.maximum(max_a, max_b)
+        safe = torch.where(torch.isneginf(new_max), torch.zeros_like(new_max), new_max)
+        ca, cb = torch.exp(max_a - safe), torch.exp(max_b - safe)
+        return safe, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+    feedback = lesson07.merge_states.check(stand_in_returned)
+    assert feedback.status == "wrong" and "stand-in" in feedback.message and "-inf" in feedback.message, feedback.message
+    assert "stays -inf" in lesson07.merge_states._hints[1]
+
+
+def test_the_merge_task_leaves_the_way_round_the_empty_parts_to_the_hints():
+    nb = json.loads((ROOT / "notebooks" / "07_efficient_attention.ipynb").read_text(encoding="utf-8"))
+    task = next("".join(c["source"]) for c in nb["cells"]
+                if "".join(c["source"]).startswith("### Exercise 1: Merge two partial states"))
+    assert "never `nan`" in task and "torch.where" not in task and "safe maximum" not in task

@@ -100,6 +100,13 @@ def _merge_through_exp_of_the_maxima(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     return new_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
 
 
+def _merge_returns_the_stand_in(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
+    new_max = torch.maximum(max_a, max_b)
+    safe_max = new_max.masked_fill(new_max == float("-inf"), 0.0)
+    ca, cb = torch.exp(max_a - safe_max), torch.exp(max_b - safe_max)
+    return safe_max, sum_a * ca + sum_b * cb, acc_a * ca[..., None] + acc_b * cb[..., None]
+
+
 def _merge_sums_only(max_a, sum_a, acc_a, max_b, sum_b, acc_b):
     new_max, new_sum, _ = _reference_merge(max_a, sum_a, acc_a, max_b, sum_b, acc_b)
     return new_max, new_sum, acc_a + acc_b
@@ -117,7 +124,9 @@ merge_states = FunctionExercise(
     cases=_merge_cases,
     hint=["Each part's sum and accumulator are measured against its own maximum. Which maximum should the merged "
           "state use, and what must happen to each part before the two can be added?",
-          "Try your function on two empty parts and look for exp(-inf - (-inf))."],
+          "Try your function on two empty parts and look for exp(-inf - (-inf)). Where the merged maximum is "
+          "-inf, which finite number could you subtract instead, so that each exp comes out 0? The maximum you "
+          "return stays -inf."],
     solution=_solution_merge_states,
     mistakes=[
         Mistake(lambda ma, la, aa, mb, lb, ab: (torch.maximum(ma, mb), la + lb, aa + ab),
@@ -129,6 +138,10 @@ merge_states = FunctionExercise(
         Mistake(_merge_without_guard,
                 "right whenever one part has seen a key, but two empty parts give nan: their maxima are both -inf, "
                 "and exp(-inf - (-inf)) is nan. An empty merged state must stay (-inf, 0, 0)."),
+        Mistake(_merge_returns_the_stand_in,
+                "the sums and accumulators are right, but where both parts are empty you returned the finite "
+                "stand-in you subtracted as the maximum. A state that has seen no key is (-inf, 0, 0): use the "
+                "stand-in only inside exp, and return the true maximum, -inf."),
         Mistake(_merge_through_exp_of_the_maxima,
                 "right on ordinary scores, but you take exp of a maximum on its own (exp(m_a), exp(m_b)). "
                 "That overflows to inf for scores above about 88 and underflows to 0 below about -104, and inf/inf "

@@ -238,7 +238,7 @@ def measure_times(paths_for, inputs_for, sizes, device: torch.device | str = "cp
     others = [name for name in time_ms if name != relative_to]
     used = threads if threads is not None else torch.get_num_threads()
     where = f"{device.type}, {used} CPU thread(s)" if device.type == "cpu" else device.type
-    print(f"time as a multiple of {relative_to}'s at the same T (median of {repeats}, on {where}; one run)")
+    print(f"time as a multiple of {relative_to}'s at the same T (median of {repeats}, on {where})")
     print(f"{'T':>5} " + " ".join(f"{name:>9}" for name in others))
     for i, num_tokens in enumerate(sizes):
         print(f"{num_tokens:>5} " + " ".join(f"{time_ms[name][i] / time_ms[relative_to][i]:>9.1f}" for name in others))
