@@ -204,3 +204,63 @@ def test_position_scores_figure_draws_one_panel_per_head_with_the_ideal_boxed():
         assert "-0" not in [t.get_text() for t in ax.texts]
     with pytest.raises(ValueError, match="position_scores"):
         position_scores_figure(scores[:, :4], task)
+
+
+def test_the_try_it_settings_the_lesson_names_behave_as_it_says(reversal):
+    """"optimizer=torch.optim.SGD with lr=3.0: plain SGD needs a far larger step than Adam": at the lesson's lr=0.01
+    plain SGD learns nothing in 100 steps, at lr=3.0 it reverses; a run that never reaches 90% (d_model 8) still has
+    a checkpoint to open the scrubber at, as section 4 picks it."""
+    task, watch_ids, _ = reversal
+    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
+    common = dict(watch_ids=watch_ids, test_ids=test_ids, num_steps=100, seed=0, checkpoint_every=4)
+    assert train_toy_model(task, **common, lr=0.01, optimizer=torch.optim.SGD).accuracies[-1] < 0.15
+    assert train_toy_model(task, **common, lr=3.0, optimizer=torch.optim.SGD).accuracies[-1] > 0.95
+    narrow = train_toy_model(task, **common, lr=0.01, d_model=8)
+    assert max(narrow.accuracies) < 0.9
+    first_90 = next((c for c, acc in enumerate(narrow.accuracies) if acc >= 0.9), len(narrow.steps) - 1)
+    training_explorer(narrow, task, watch_ids, step=narrow.steps[first_90])
+
+
+def test_without_positions_every_row_puts_less_weight_on_keys_holding_its_own_letter(reversal):
+    """The deep dive's reading of the no-positions heatmap of watched example 0, in both heads."""
+    task, watch_ids, _ = reversal
+    test_ids = task.sample(1000, torch.Generator().manual_seed(2))
+    blind = train_toy_model(task, watch_ids=watch_ids, test_ids=test_ids, num_steps=100, lr=0.01, seed=0,
+                            checkpoint_every=4, use_positions=False)
+    weights = blind.weights[-1, 0]                                  # (H, T, T)
+    same = watch_ids[0][:, None] == watch_ids[0][None, :]           # (T, T): key holds the query's letter
+    own = weights.masked_fill(~same, -1.0).amax(dim=-1)            # (H, T): the most an own-letter key gets
+    other = weights.masked_fill(same, 2.0).amin(dim=-1)            # (H, T): the least any other key gets
+    assert (own < other).all()
+
+
+def test_the_deep_dive_s_parts_of_the_score_are_the_numbers_it_states_away_from_rounding_edges(reversal):
+    """"Within one row ... at most 0.9, 2.9 and 4.9 ... against position-only spans of 19 and 25; a softmax of the
+    position-only scores alone puts 0.98 and 0.99 of a row's weight on its source": the four parts add up to the
+    full scores, and each printed number sits away from the edge where rounding would flip it."""
+    task, watch_ids, run = reversal
+    attention, num_heads = run.model.attention, 2
+    head_dim = 32 // num_heads
+
+    def head_scores(query_rows, key_rows):
+        with torch.no_grad():
+            queries = attention.W_query(query_rows).view(len(query_rows), num_heads, head_dim).transpose(0, 1)
+            keys = attention.W_key(key_rows).view(len(key_rows), num_heads, head_dim).transpose(0, 1)
+            return queries @ keys.transpose(1, 2) / head_dim ** 0.5
+
+    P, E_token = run.model.position_embedding.weight, run.model.token_embedding.weight
+    x, letters = E_token[watch_ids[0]] + P, E_token[watch_ids[0]]
+    torch.testing.assert_close(head_scores(x, x), head_scores(P, P) + head_scores(letters, P)
+                               + head_scores(P, letters) + head_scores(letters, letters))
+    widest = {name: (s.amax(dim=-1) - s.amin(dim=-1)).amax(dim=-1) for name, s in (
+        ("position", head_scores(P, P)), ("letter", head_scores(E_token, E_token)),
+        ("letter query", head_scores(E_token, P)), ("position query", head_scores(P, E_token)))}
+    assert [round(float(widest[name].max()), 1) for name in ("letter", "letter query", "position query")] == \
+        [0.9, 2.9, 4.9]
+    assert [round(s) for s in widest["position"].tolist()] == [19, 25]
+    alone = (head_scores(P, P).softmax(dim=-1) * task.ideal_pattern()).sum(dim=-1).mean(dim=-1)
+    assert [round(w, 2) for w in alone.tolist()] == [0.98, 0.99]
+    printed = [(v, 1) for spans in widest.values() for v in spans.tolist()] + [(w, 2) for w in alone.tolist()]
+    for value, decimals in printed:
+        scaled = value * 10 ** decimals
+        assert abs(scaled - round(scaled)) < 0.45, value

@@ -108,7 +108,7 @@ def position_scores_figure(position_scores: torch.Tensor, task: FetchTask) -> Co
                           vmin=-limit, vmax=limit, fmt="{:.0f}", xlabel="key position $j$",
                           ylabel="query: output position $i$" if head == 0 else "",
                           title=f"Head {head}: position-only scores",
-                          colorbar_label="$(P_i W_q)\\cdot(P_j W_k)/\\sqrt{d_\\mathrm{head}}$"
+                          colorbar_label="$(P_i W_q^h)\\cdot(P_j W_k^h)/\\sqrt{d_\\mathrm{head}}$"
                           if head == num_heads - 1 else "")
         if head < num_heads - 1:
             heatmap.colorbar.remove()   # one colour bar: the panels share the scale
