@@ -127,3 +127,11 @@ def test_word_pool_buggy_code_needs_only_torch_and_does_not_name_the_fix():
     torch.testing.assert_close(got.norm(dim=-1), torch.ones(2))
     text = " ".join([lesson13.word_pool.title, lesson13.word_pool.task, *lesson13.word_pool._hints])
     assert "lengths - 1" not in text and "last column" not in text.lower()
+
+
+def test_word_pool_names_the_width_as_the_notation_card_does():
+    import inspect
+    import re
+    text = lesson13.word_pool.task + inspect.getsource(lesson13.buggy_word_pool)
+    assert "(B, T, d_model)" in text and "(B, d_model)" in text
+    assert not re.search(r"\(B, (T, )?d\)", text), "the card's name for a model's width is d_model"

@@ -110,7 +110,7 @@ class _PoolCase(Case):
 def _pool_cases(g: torch.Generator) -> list[Case]:
     def case(description, lengths, width):
         num_tokens = max(lengths)
-        last_hidden = torch.randn(len(lengths), num_tokens, width, generator=g) + 0.5   # (B, T, d)
+        last_hidden = torch.randn(len(lengths), num_tokens, width, generator=g) + 0.5   # (B, T, d_model)
         padding_mask = torch.arange(num_tokens)[None, :] >= torch.tensor(lengths)[:, None]
         return _PoolCase(description, (last_hidden, padding_mask))
     return [case("two sentences of 7 and 4 tokens ([CLS] and [SEP] included), vectors of width 6", [7, 4], 6),
@@ -129,7 +129,7 @@ def _word_mask(padding_mask):                            # (B, T): True at each 
 def _pool(last_hidden, keep, clamp=True, normalise=True):
     keep = keep.unsqueeze(-1).to(last_hidden.dtype)      # (B, T, 1)
     count = keep.sum(dim=1).clamp(min=1) if clamp else keep.sum(dim=1)
-    mean = (last_hidden * keep).sum(dim=1) / count       # (B, d)
+    mean = (last_hidden * keep).sum(dim=1) / count       # (B, d_model)
     return torch.nn.functional.normalize(mean, dim=-1) if normalise else mean
 
 
@@ -138,12 +138,12 @@ def _reference_pool(last_hidden, padding_mask):
 
 
 def buggy_word_pool(last_hidden, padding_mask):
-    # last_hidden: (B, T, d) token vectors; padding_mask: (B, T), True at padding
+    # last_hidden: (B, T, d_model) token vectors; padding_mask: (B, T), True at padding
     words = ~padding_mask                                                      # (B, T): the real tokens
     words[:, 0] = False                                                        # leave out [CLS] ...
     words[:, -1] = False                                                       # ... and [SEP]
     keep = words.unsqueeze(-1).to(last_hidden.dtype)                           # (B, T, 1)
-    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d)
+    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d_model)
     return torch.nn.functional.normalize(mean, dim=-1)                         # length 1 (zeros stay zeros)
 
 
@@ -153,7 +153,7 @@ def _solution_pool(last_hidden, padding_mask):
     lengths = (~padding_mask).sum(dim=1)                                       # (B,): real tokens per sentence
     words[torch.arange(len(lengths)), lengths - 1] = False                     # each sentence's own [SEP]
     keep = words.unsqueeze(-1).to(last_hidden.dtype)                           # (B, T, 1)
-    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d)
+    mean = (last_hidden * keep).sum(dim=1) / keep.sum(dim=1).clamp(min=1)      # (B, d_model)
     return torch.nn.functional.normalize(mean, dim=-1)
 
 
@@ -198,12 +198,12 @@ def _zeros_the_padding_in_place(last_hidden, padding_mask):   # right values, bu
 word_pool = SpotTheBug(
     "Spot the bug: a sentence vector from its words alone",
     "word_pool(last_hidden, padding_mask) should give each sentence of a padded batch one vector made from its words "
-    "only: last_hidden (B, T, d) holds one layer's token vectors, padding_mask (B, T) is True at padding (padding "
-    "comes after a sentence's real tokens, which start with [CLS] and end with [SEP]). Return (B, d): for each "
-    "sentence, the mean of its real tokens' vectors other than [CLS] and [SEP], divided by its length (L2 norm) so "
-    "that it has length 1; a sentence without words ([CLS] [SEP] only) gets a row of zeros. Leave both inputs "
-    "unchanged. The code below runs and returns vectors of length 1, yet some sentences' vectors are wrong. Find "
-    "the bug and fix it.",
+    "only: last_hidden (B, T, d_model) holds one layer's token vectors, padding_mask (B, T) is True at padding "
+    "(padding comes after a sentence's real tokens, which start with [CLS] and end with [SEP]). Return (B, d_model): "
+    "for each sentence, the mean of its real tokens' vectors other than [CLS] and [SEP], divided by its length (L2 "
+    "norm) so that it has length 1; a sentence without words ([CLS] [SEP] only) gets a row of zeros. Leave both "
+    "inputs unchanged. The code below runs and returns vectors of length 1, yet some sentences' vectors are wrong. "
+    "Find the bug and fix it.",
     reference=_reference_pool,
     cases=_pool_cases,
     hint=["Run the code on a batch of two sentences where the second is shorter, and print `words.int()`: which "
