@@ -92,6 +92,9 @@ def test_circuit_and_attribution_figures_show_the_circuits(short_run):
     fig = circuits_figure(model, 1, 0)
     panels = [ax for ax in fig.axes if ax.images and ax.get_title()]
     assert len(panels) == 4
+    bars = [ax.get_ylabel() for ax in fig.axes if not ax.get_title()]   # colour bars, in the panels' order
+    assert bars[0] == "weight from positions alone" and all(label.startswith("scaled score") for label in bars[1:3])
+    assert bars[3].startswith("logit")
     np.testing.assert_allclose(np.asarray(panels[3].images[0].get_array()), ov_circuit(model, 1, 0).numpy(),
                                rtol=1e-6)
     scores = positional_qk_circuit(model, 0, 1)                 # (T, T), nan in the future

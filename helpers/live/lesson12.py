@@ -182,8 +182,9 @@ def sequence_explorer(model: InductionModel, text: str = EXAMPLES[0], max_tokens
 
 
 def _matrix_panel(fig: CourseFigure, ax, matrix: torch.Tensor, title: str, xlabel: str, ylabel: str,
-                  ticks: list[int], tick_labels: list[str]) -> None:
-    """One circuit as a heatmap on a colour scale centred on 0 (red: raises, blue: lowers)."""
+                  ticks: list[int], tick_labels: list[str], colorbar_label: str) -> None:
+    """One circuit as a heatmap on a colour scale centred on 0 (red: raises, blue: lowers), its colour bar
+    labelled ``colorbar_label`` (what an entry is: a scaled score or a logit)."""
     limit = float(matrix.nan_to_num(0.0).abs().max())
     image = ax.imshow(matrix.numpy(), cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
     ax.set_facecolor("#f2f2f2")
@@ -191,7 +192,7 @@ def _matrix_panel(fig: CourseFigure, ax, matrix: torch.Tensor, title: str, xlabe
     ax.set_xticks(ticks, labels=tick_labels)
     ax.set_yticks(ticks, labels=tick_labels)
     ax.tick_params(labelsize=8)
-    fig.colorbar(image, ax=ax, shrink=0.85)
+    fig.colorbar(image, ax=ax, shrink=0.85, label=colorbar_label)
 
 
 def _positional_panel(fig: CourseFigure, ax, scores: torch.Tensor, title: str, ticks: list[int]) -> None:
@@ -228,21 +229,22 @@ def circuits_figure(model: InductionModel, previous_head: int, induction_head: i
     token_ticks = [index for index, name in enumerate(TOKENS) if name in ("A", "M", "a", "m", "0")]
     token_names = [TOKENS[i] for i in token_ticks]
     position_ticks = list(range(0, num_tokens, 5))
+    score = "scaled score $s/\\sqrt{d_\\mathrm{head}}$"  # an entry of a QK circuit: what the softmax receives
     fig = CourseFigure(figsize=(11, 9.6), layout="constrained")
     axes = fig.subplots(2, 2)
     positional = f"$P\\, {_w('QK', 0, previous_head)}\\, P^\\top$"
     _positional_panel(fig, axes[0, 0], positional_qk_circuit(model, 0, previous_head, num_tokens),
                       f"L0H{previous_head}: positions only, softmax of each row of {positional}", position_ticks)
     _matrix_panel(fig, axes[0, 1], qk_circuit(model, 1, induction_head),
-                  f"L1H{induction_head}: tokens only, $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)}\\, E_\\mathrm{{token}}^\\top$", "key token", "query token", token_ticks, token_names)
+                  f"L1H{induction_head}: tokens only, $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)}\\, E_\\mathrm{{token}}^\\top$", "key token", "query token", token_ticks, token_names, score)
     _matrix_panel(fig, axes[1, 0], composed_qk_circuit(model, previous_head, induction_head),
                   f"Key through L0H{previous_head}: $E_\\mathrm{{token}}\\, {_w('QK', 1, induction_head)} (E_\\mathrm{{token}}\\, {_w('OV', 0, previous_head)})^\\top$",
-                  "token L0H%d wrote at the key" % previous_head, "query token", token_ticks, token_names)
+                  "token L0H%d wrote at the key" % previous_head, "query token", token_ticks, token_names, score)
     _matrix_panel(fig, axes[1, 1], ov_circuit(model, 1, induction_head),
                   f"L1H{induction_head}: OV circuit, $E_\\mathrm{{token}}\\, {_w('OV', 1, induction_head)}\\, W_\\mathrm{{unembed}}$", "logit of token", "token attended to",
-                  token_ticks, token_names)
-    fig.suptitle("Read off the weights: weights from positions (top left), scores (QK) and logits (OV); red-blue "
-                 "scales centred on 0", fontsize=11)
+                  token_ticks, token_names, "logit (read-out bias left out)")
+    fig.suptitle("Read off the weights: weights from positions (top left), scaled scores (QK) and logits (OV); "
+                 "red-blue scales centred on 0", fontsize=11)
     return fig
 
 
