@@ -241,7 +241,7 @@ def test_causal_on_paper_explains_answers_with_infinities_or_nan(spoil):
         context_vecs, weights = lesson04.causal_on_paper._solution(q, k, v)
         return context_vecs, weights.masked_fill(~helpers.causal_mask(q.shape[-2]), spoil)
     feedback = lesson04.causal_on_paper.check(spoiled)
-    assert feedback.status == "wrong" and "output 2" in feedback.message, feedback.message
+    assert feedback.status == "wrong" and "returned value 1 (counting from 0)" in feedback.message, feedback.message
 
 
 # --- what every lesson-04 exercise promises -------------------------------------------------------------

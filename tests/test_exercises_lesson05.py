@@ -77,7 +77,7 @@ def test_spread_cases_are_irregular():
 @pytest.mark.parametrize("spoil", [float("inf"), float("-inf"), float("nan")])
 def test_spread_answers_with_infinities_or_nan_are_explained(spoil):
     feedback = lesson05.dropout_spread.check(lambda w, v, p: (_prob(w, p), _variance(w, v, p) * 0 + spoil))
-    assert feedback.status == "wrong" and "output 2" in feedback.message, feedback.message
+    assert feedback.status == "wrong" and "returned value 1 (counting from 0)" in feedback.message, feedback.message
 
 
 def test_a_simulation_is_not_an_exact_answer():

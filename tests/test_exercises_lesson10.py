@@ -47,7 +47,15 @@ def test_decoder_masks_accepts_every_right_form(answer):
 def test_decoder_masks_rejects_broadcastable_but_unexpanded_masks():
     feedback = lesson10.decoder_masks.check(lambda t, s: (s[:, None, :], causal_mask(t.shape[1]) | t[:, None, :],
                                                           s[:, None, :]))
-    assert feedback.status == "wrong" and "shape" in feedback.message, feedback.message
+    assert feedback.status == "wrong" and "Expand each over its queries" in feedback.message, feedback.message
+    assert "multiply, sum or keep" not in feedback.message                  # the advice for products does not fit
+
+
+def test_a_second_returned_value_is_named_counting_from_zero():
+    feedback = lesson10.decoder_masks.check(lambda t, s: (*lesson10.decoder_masks._solution(t, s)[:1],
+                                                          ~lesson10.decoder_masks._solution(t, s)[1],
+                                                          lesson10.decoder_masks._solution(t, s)[2]))
+    assert feedback.status == "wrong" and "returned value 1 (counting from 0)" in feedback.message, feedback.message
 
 
 def test_decoder_masks_rejects_swapped_outputs():

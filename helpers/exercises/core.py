@@ -566,7 +566,7 @@ class FunctionExercise:
         if len(got) != len(expected):
             return f"your function returned {len(got)} value(s), expected {len(expected)}."
         for position, (answer, right) in enumerate(zip(got, expected)):
-            which = f"output {position + 1}: " if len(expected) > 1 else ""
+            which = f"returned value {position} (counting from 0): " if len(expected) > 1 else ""
             problem = self._compare_one(answer, right)
             if problem:
                 return which + problem
@@ -648,7 +648,7 @@ class FunctionExercise:
 
     def _first_difference(self, got: tuple, expected: tuple) -> str:
         for position, (answer, right) in enumerate(zip(got, expected)):
-            which = f" of output {position + 1}" if len(expected) > 1 else ""
+            which = f" of returned value {position} (counting from 0)" if len(expected) > 1 else ""
             if not isinstance(right, torch.Tensor):
                 if not _values_equal(answer, right):
                     shown = repr(answer)

@@ -69,6 +69,11 @@ def _encoder_padding_on_rows(target_padding_mask, source_padding_mask):
     return source_padding_mask[:, :, None].expand(-1, num_keys, num_keys), self_mask, cross_mask
 
 
+def _masks_not_expanded(target_padding_mask, source_padding_mask):
+    encoder_mask, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
+    return source_padding_mask[:, None, :], self_mask, source_padding_mask[:, None, :]   # section 2's (B, 1, T_k)
+
+
 def _causal_in_cross(target_padding_mask, source_padding_mask):
     batch_size, num_queries, num_keys = _sizes(target_padding_mask, source_padding_mask)
     encoder_mask, self_mask, cross_mask = _reference_masks(target_padding_mask, source_padding_mask)
@@ -143,10 +148,14 @@ decoder_masks = FunctionExercise(
         Mistake(_encoder_padding_on_rows,
                 "your encoder_mask hides whole rows, those of the source's padding (the query axis). Hide padding "
                 "keys (columns), not rows: the same columns for every query."),
+        Mistake(_masks_not_expanded,
+                "your encoder_mask and cross_mask are section 2's (B, 1, T_k) padding mask: the right keys hidden, "
+                "but the task asks for one row per query, (B, T_k, T_k) and (B, T_q, T_k). Expand each over its "
+                "queries."),
         Mistake(_causal_in_cross,
                 "your cross_mask hides the source tokens after position i from output i: a causal mask does not "
                 "belong in cross-attention. The whole source is known before the first word is written, and "
-                "output i may need any source token (in section 4, output 0 needs digit 1)."),
+                "output i may need any source token (in section 4, output word 0 needs source position 1, its units digit)."),
         Mistake(_target_rows_in_cross,
                 "your cross_mask also hides whole rows, those of the target's padding. Hide padding keys "
                 "(columns), not rows: a row with every key hidden has no weights to give (0 / 0), and the keys of "
