@@ -479,7 +479,9 @@ def test_the_diagnosis_variants_reproduce_the_reference():
 
 # --- spot the bug: queries, keys and values from one projection ------------------------------------------------
 def test_the_buggy_fused_code_is_named_and_right_with_one_head():
-    assert "the axis of size 3 comes before the head axis" in fused.check(fused.buggy).message
+    message = fused.check(fused.buggy).message
+    assert "head 1's queries are not features head_dim" in message
+    assert "axis of size 3" not in message and "(num_heads, 3, head_dim)" not in message   # it does not hand over the fix
     case = fused.cases(torch.Generator().manual_seed(0))[0]
     assert case.args[2] == 1 and torch.allclose(fused.buggy(*case.args), fused.reference(*case.args))
 

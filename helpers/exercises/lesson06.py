@@ -612,9 +612,8 @@ fused_qkv_bug = SpotTheBug(
           "head 1's? Then ask which features the view hands to head 1 as its query."],
     solution=_solution_fused_heads,
     buggy=buggy_fused_heads,
-    bug_message="the view reads the 3*d_out features as (num_heads, 3, head_dim): head 0's 'query, key, value' are "
-                "then the first 3*head_dim features, all of them queries. The projection puts all queries first, "
-                "then all keys, then all values: the axis of size 3 comes before the head axis.",
+    bug_message="still wrong with two heads: what the code hands on as head 1's queries are not features head_dim "
+                "to 2*head_dim - 1 of x @ qkv_weight.T. Find where it reads them from (.hint() nudges).",
     mistakes=[
         Mistake(_queries_keys_swapped,
                 "your queries and keys are swapped: the weights of query i for key j are those of query j for key "
