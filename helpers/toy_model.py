@@ -194,8 +194,8 @@ class AttentionOnlyModel(nn.Module):
         x = self.token_embedding(token_ids)  # (B, T) -> (B, T, d_model)
         if self.use_positions:
             x = x + self.position_embedding.weight  # (B, T, d_model) + (T, d_model)
-        context_vecs, attn_weights = self.attention(x, return_weights=True)  # (B, T, d_model), (B, H, T, T)
-        logits = self.unembed(context_vecs)  # (B, T, d_model) -> (B, T, vocab_size)
+        attn_out, attn_weights = self.attention(x, return_weights=True)  # MultiHead(X) = [Z_0 | Z_1] W_o + b_o: (B, T, d_model)
+        logits = self.unembed(attn_out)  # (B, T, d_model) -> (B, T, vocab_size)
         return (logits, attn_weights) if return_weights else logits
 
 

@@ -109,7 +109,7 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     arrow(ax, (mid, 17.15), (mid, 15.9))
     _plus(ax, mid, 17.6)
     arrow(ax, (mid, 19.0), (mid, 18.05))
-    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention, $H = {num_heads}$\n(notebook 08: no causal mask)",
+    box(ax, left, 19.0, width, 2.2, f"causal multi-head attention, $H = {num_heads}$\n(our toy model: no causal mask)",
         color=PALETTE["weights"], fontsize=text_size, **toy)
     arrow(ax, (mid, 22.2), (mid, 21.2))
     box(ax, left, 22.2, width, 1.2, "layer norm", fontsize=text_size)
@@ -135,5 +135,5 @@ def transformer_block_diagram(num_layers: int = 12, d_model: int = 768, d_ff: in
     arrow(ax, (mid, 29.7), (mid, 28.6))
     label(ax, mid, 30.3, "token ids  $(B, T)$", fontsize=text_size)
     label(ax, notes, 27.0, "positions: one learned vector per position, added", **note)
-    label(ax, notes, 27.9, "to the token's (GPT-2, notebook 08)", **note)
+    label(ax, notes, 27.9, "to the token's (GPT-2, and our toy model)", **note)
     return fig
