@@ -214,12 +214,15 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
     assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # the buggy code
 
 
-def test_the_task_asks_for_the_shift_check_and_hint_1_holds_it():
-    # The task states the property and asks the learner to write the check; the snippet is hint 1, not the task.
+def test_the_task_asks_for_the_shift_check_and_the_solution_holds_it():
+    # The task states the property and asks the learner to write the check; hint 1 only nudges, the model answer
+    # shows the check's code.
     task, first_hint = lesson09.rope_attention.task, lesson09.rope_attention._hints[0]
     assert "First write a check" in task and "0..5" in task and "10..15" in task
-    assert "apply_rope(k, p + shift" not in task and 'pairs="halves"' in first_hint
-    code = "\n".join(line[4:] for line in first_hint.splitlines() if line.startswith("    "))
+    assert "apply_rope(k, p + shift" not in task and "apply_rope(k, p + shift" not in first_hint
+    assert "torch.arange(6) + 10" in first_hint
+    source = lesson09.rope_attention._solution_source()
+    code = "\n".join(line.strip()[6:] for line in source.splitlines() if line.strip().startswith("#     "))
     printed = []
     torch.manual_seed(0)
     exec(code, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})

@@ -148,6 +148,10 @@ def buggy_rope_attention(queries, keys, values):
 
 
 def _solution_rope_attention(queries, keys, values):
+    # The shift check on the printed code's two turning lines; its two rows differ, so the scores are not RoPE's:
+    #     q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)
+    #     for shift in (0, 10):
+    #         print((apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs="halves").T)[0, :3])
     queries, keys = apply_rope(queries), apply_rope(keys)           # the same pairs for both
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
@@ -215,12 +219,9 @@ rope_attention = SpotTheBug(
     "positions argument of apply_rope), and compare a row of scores. Then find the bug and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["The shift check, with the printed code's two turning lines (query 0's first three scores, at "
-          "positions 0..5 and at 10..15):\n"
-          "    q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)\n"
-          "    for shift in (0, 10):\n"
-          "        print((apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs=\"halves\").T)[0, :3])\n"
-          "Do the two rows agree?",
+    hint=["apply_rope(x, positions) turns row n of x by positions[n]. Turn the same random q and k as the "
+          "printed code does, once at torch.arange(6) and once at torch.arange(6) + 10, and compare a row of "
+          "their scores. Do the two rows agree?",
           "The two turning lines differ in one argument, pairs (section 4, \"Where RoPE goes in a model\"): which "
           "dimensions form pair r for each of its settings?",
           "Section 4's argument turns pair r of the query and pair r of the key by angles of the same frequency. "

@@ -167,8 +167,8 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
         if trained_tokens is not None and trained_tokens < num_tokens:
             for line in (ax.axhline, ax.axvline):
                 line(trained_tokens - 0.5, color="white", linestyle="--", linewidth=1.2, zorder=4)
-            ax.text(trained_tokens + 0.2, num_tokens - 1.2, f"trained: $T = {trained_tokens}$",
-                    color="white", fontsize=8.5, zorder=5)
+            ax.text(trained_tokens + 0.4, num_tokens - 1.2, f"trained: $T = {trained_tokens}$", fontsize=10.5,
+                    zorder=5, bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
         matrix = weights[0, head].cpu()
         if labelled is not None:
             marked = list(labelled.get(name, ()))
@@ -181,12 +181,12 @@ def long_sequence_figure(models: dict[str, PositionModel], task: PositionTask, t
         for offset in marked:   # ahead: above column j = offset; behind: inside, in the band right of the diagonal
             if offset >= 0:
                 ax.annotate(f"$j - i = {offset:+d}$", (offset, -0.5), xytext=(0, 16), textcoords="offset points",
-                            fontsize=8.5, ha="center", va="bottom", bbox=box, annotation_clip=False, zorder=5,
+                            fontsize=10.5, ha="center", va="bottom", bbox=box, annotation_clip=False, zorder=5,
                             arrowprops=dict(arrowstyle="-|>", color="black", linewidth=0.8))
                 continue
             row = num_tokens - 5 + 2 * behind.index(offset)             # a cell near the diagonal's lower end
             ax.annotate(f"$j - i = {offset:+d}$", (row + offset, row), xytext=(text_x, row - 1.5), textcoords="data",
-                        fontsize=8.5, ha="left", va="center", bbox=box, zorder=5,
+                        fontsize=10.5, ha="left", va="center", bbox=box, zorder=5,
                         arrowprops=dict(arrowstyle="-|>", color="white", linewidth=1.0))
         any_top = any_top or any(offset >= 0 for offset in marked)
     if any_top:                                     # room above the top labels, the same on every panel
