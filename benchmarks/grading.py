@@ -49,9 +49,6 @@ student = _load("student", ROOT / "scripts" / "student.py")
 
 def answered_copy(path: Path, out: Path) -> Path:
     """The student copy of ``path`` with each exercise's placeholder function replaced by the model answer."""
-    import inspect
-    import textwrap
-
     from helpers.exercises import all_exercises
     exercises = all_exercises()
     notebook, _ = student.student_copy(json.loads(path.read_text(encoding="utf-8")))
@@ -60,8 +57,7 @@ def answered_copy(path: Path, out: Path) -> Path:
         call = re.search(r"\b(lesson\d\d\.\w+)\.check\((\w+)\)", text)
         if cell.get("cell_type") != "code" or not call or call.group(1) not in exercises:
             continue
-        model = textwrap.dedent(inspect.getsource(exercises[call.group(1)]._solution))
-        model = re.sub(r"^(def|class) _?[Ss]olution\w*", lambda m: f"{m.group(1)} {call.group(2)}", model, count=1)
+        model = exercises[call.group(1)]._solution_source(call.group(2))   # the model answer under the cell's name
         lines = text.splitlines()
         placeholder = next(node for node in ast.parse(text).body
                            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.name == call.group(2))

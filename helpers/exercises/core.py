@@ -446,12 +446,13 @@ class FunctionExercise:
         print(f"A model answer for {self.title}:\n")
         print(self._solution_source())
 
-    def _solution_source(self) -> str:
-        """The model answer's source, under the name of the learner's own function or class once a check has seen
-        it (so that it can replace the learner's cell as it is), else under the name the task asks for."""
+    def _solution_source(self, name: str = "") -> str:
+        """The model answer's source under ``name``; by default under the name of the learner's own function or class
+        once a check has seen it (so that it can replace the learner's cell as it is), else the name the task asks
+        for."""
         source = textwrap.dedent(inspect.getsource(self._solution)).rstrip()
         own = self._solution.__name__
-        name = self._answer_name or self._default_name
+        name = name or self._answer_name or self._default_name
         return re.sub(rf"^(def|class) {re.escape(own)}\b", lambda match: f"{match.group(1)} {name}", source, count=1)
 
     def check(self, function) -> Feedback:
