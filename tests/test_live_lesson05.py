@@ -52,6 +52,9 @@ def test_sliders_show_the_draw_of_that_seed_with_survivors_rescaled(journey):
     torch.testing.assert_close(heights, expected.sum(dim=-1))
     assert live.heatmap.image.get_clim() == pytest.approx((0.0, float(expected.max())))  # up to this draw's largest
     assert float(expected.max()) < 5.0  # row 0's 1.0 was dropped: a fixed top of 1 / (1 - p) would waste the scale
+    assert "0 to this draw's largest" in live.heatmap.colorbar.ax.get_ylabel()  # the label says what the top is
+    # The row-sum axis is the same at every seed: it reaches past the largest possible sum, which the title names.
+    assert live.bars.ax.get_ylim()[1] > 5.0 and live.bars.ax.get_title().endswith("at most 1/(1-p) = 5.00)")
     dropped_mask = torch.as_tensor(np.ma.getmaskarray(live.heatmap.image.get_array()))
     assert torch.equal(dropped_mask, ~keep & ~helpers.causal_mask(6))  # dropped cells are drawn white (bad colour)
     assert live.heatmap.image.get_cmap().get_bad()[:3] == pytest.approx((1.0, 1.0, 1.0))

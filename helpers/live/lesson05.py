@@ -111,7 +111,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
 
     The black dots are the mean row sums over 2,000 draws at the same ``p``: the same draws at every seed (a
     generator of their own, seed 0), so they match ``dropout_row_sums(attn_weights, p, 2_000,
-    torch.Generator().manual_seed(0)).mean(dim=0)``. The heatmap's colour
+    torch.Generator().manual_seed(0)).mean(dim=0)``; the row-sum axis is fixed for each ``p`` (up to above the
+    largest possible sum, ``1 / (1 - p)``, which its title names). The heatmap's colour
     scale runs from 0 to this draw's largest weight (``1 / (1 - p)`` only if a row's 1.0 survives), so the survivors
     spread over the whole scale; dropped
     weights are white and crossed out, as in the dropout diagram, future cells grey. For tests, the returned LiveFigure carries ``heatmap``, ``bars``, ``mean_dots`` and ``crosses``.
@@ -122,7 +123,7 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
     fig = _spaced(new_figure(12, 4.6, ncols=2))
     drop_ax, sum_ax = fig.axes
     heatmap = Heatmap(drop_ax, attn_weights, tokens, tokens, vmin=0.0, vmax=1.0,
-                      colorbar_label="$\\tilde a_{ij}$ (top: this draw's largest)")
+                      colorbar_label="$\\tilde a_{ij}$ (colour scale: 0 to this draw's largest)")
     heatmap.colorbar.formatter = FormatStrFormatter("%.1f")  # ticks of one width at every p: the layout holds
     cmap = heatmap.image.get_cmap().copy()
     cmap.set_bad("white")  # a dropped weight: white, as in the dropout diagram
@@ -151,7 +152,8 @@ def dropout_explorer(attn_weights: torch.Tensor, tokens: Sequence[str], p: float
         heatmap.image.set_data(np.ma.masked_array(dropped.numpy(), mask=(visible & ~keep).numpy()))
         mark_dropped(heatmap, keep, crosses)
         bars.ylim = (0.0, 1.25 * top)
-        bars.update(dropped.sum(dim=-1), title="Row sums of this draw (dashed: 1)")
+        # A fixed axis per p, up to above the largest possible sum (every weight kept), whatever the seed.
+        bars.update(dropped.sum(dim=-1), title=f"Row sums of this draw (dashed: 1; at most 1/(1-p) = {top:.2f})")
         mean_dots.set_ydata(mean_sums.tolist())
 
     live = LiveFigure(fig, redraw, {
