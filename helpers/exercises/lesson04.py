@@ -270,7 +270,8 @@ causal_on_paper = SpotTheBug(
     "and yet output 0 of a sentence changes when its last token changes. Find the bug and write the fixed "
     "function: it must work for one sentence (num_tokens, d_k), a batch (batch_size, num_tokens, d_k) and a batch "
     "of heads (batch_size, num_heads, num_tokens, d_k), with d_v free to differ from d_k, and for scores of any "
-    "size: some inputs give scores above 100, others scores that are all below -100.",
+    "size: some inputs give scores above 100, others scores that are all below -100, where float32's exp overflows "
+    "or underflows: exact on paper is not enough.",
     reference=_reference_causal_attention,
     cases=_qkv_cases,
     hint=["Run the buggy function on one sentence and add up each row of the weights it returns. What should a "
