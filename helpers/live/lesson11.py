@@ -100,7 +100,7 @@ def gqa_explorer(name: str, num_layers: int, num_heads: int, head_dim: int, d_mo
     map_ax = fig.add_subplot(grid[0, :])
     cache_ax, params_ax = fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1])
     head_map = Heatmap(map_ax, torch.zeros(1, num_heads), ["KV head"], [str(h) for h in range(num_heads)],
-                       cmap="tab20", vmin=0, vmax=19, fmt="{:.0f}", xlabel="query head $h$", ylabel="",
+                       cmap="tab10", vmin=-0.5, vmax=9.5, fmt="{:.0f}", xlabel="query head $h$", ylabel="",
                        value_fontsize=10)
     head_map.colorbar.remove()
     map_ax.set_xticks(range(num_heads), labels=[str(h) for h in range(num_heads)], rotation=0, ha="center",
@@ -120,7 +120,7 @@ def gqa_explorer(name: str, num_layers: int, num_heads: int, head_dim: int, d_mo
     def redraw(num_kv_heads: int) -> None:
         group = num_heads // num_kv_heads
         kv_head = (torch.arange(num_heads) // group).float()[None, :]  # (1, H): h // G
-        head_map.update(kv_head % 20, title=f"{name}: $H$ = {num_heads} query heads, $H_{{kv}}$ = {num_kv_heads}, "
+        head_map.update(kv_head % 10, title=f"{name}: $H$ = {num_heads} query heads, $H_{{kv}}$ = {num_kv_heads}, "
                                             f"G = {group}: query head $h$ reads key/value head $h$ // {group}")
         for text, value in zip(head_map.values.cells[0], kv_head[0].tolist()):
             text.set_text(f"{value:.0f}")
