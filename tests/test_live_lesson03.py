@@ -252,19 +252,35 @@ def test_saturation_explains_the_stall(task):
 
 def test_trained_table_is_one_row_per_init_that_says_what_the_lesson_says(task):
     inits = {**INITS, "positive": helpers.SelfAttention_v1}  # any number of classes, each its own row
-    lines = trained_table(task, inits, seeds=(0,)).splitlines()
-    assert "d_in = 32, d_k = 6, 200 steps, seeds 0" in lines[0]              # what was trained
-    assert "seed 0, on a fresh batch, untrained -> trained" in lines[1]
-    header = " ".join(" ".join(lines[1:5]).split())
-    for words in ("weight on target ≥ 0.9", "ln 6 = 1.79", "exactly", "gradient norm", "W_q", "mean largest a_ij"):
-        assert words in header, words
-    rows = {line.split()[0]: line.split()[1:] for line in lines[5:]}
+    blocks = [block.splitlines() for block in trained_table(task, inits, seeds=(0,)).split("\n\n")]
+    assert len(blocks) == 3                                                  # outcome, softmax, Adam
+    outcome, softmax, adam = blocks
+    assert "d_in = 32, d_k = 6, 200 steps, seeds 0" in outcome[0]            # what was trained
+    assert "weight on target ≥ 0.9" in outcome[1] and "final loss" in outcome[1]
+    assert "one-hot rows of A" in softmax[1] and "gradient norm at W_q" in softmax[1]
+    assert softmax[2].split() == ["init", "untrained", "trained", "untrained", "untrained", "trained"]
+    assert "lr = 0.02, eps = 1e-08" in adam[0] and "Adam's first step" in adam[1]
+    rows = {line.split()[0]: line.split()[1:] for line in outcome[2:]}
     assert list(rows) == ["torch.rand", "nn.Linear", "positive"]
     assert rows["torch.rand"][0] == "never" and float(rows["torch.rand"][1]) > 1.7   # stalls near a blind guess
-    assert rows["torch.rand"][2:6] == ["94%", "->", "100%;", "1.00"] and rows["torch.rand"][-2:] == ["<", "1e-12"]
     assert rows["nn.Linear"][0].isdigit() and float(rows["nn.Linear"][1]) < 0.1      # learns the task
-    assert rows["nn.Linear"][2:5] == ["0%", "->", "0%;"] and float(rows["nn.Linear"][5]) < 0.5   # far from one-hot
     assert rows["positive"] == rows["torch.rand"]                                     # same class, same numbers
+    hot = {line.split()[0]: line.split()[1:] for line in softmax[3:]}
+    assert hot["torch.rand"] == ["94%", "100%", "1.00", "4e-05", "<", "1e-12"]
+    assert hot["nn.Linear"][:2] == ["0%", "0%"] and float(hot["nn.Linear"][2]) < 0.5  # far from one-hot
+    steps = {line.split()[0]: [float(v.rstrip("%")) for v in line.split()[1:]] for line in adam[2:]}
+    for name in ("torch.rand", "nn.Linear"):                                 # Adam: about lr * sqrt(entries)
+        assert abs(steps[name][1] - 0.02 * (32 * 6) ** 0.5) < 0.02
+    assert steps["torch.rand"][2] < 5 and steps["nn.Linear"][2] > 15        # short against long weights
+    assert steps["torch.rand"][3] < 2 < 6 < steps["nn.Linear"][3]           # how far W_q moved
+
+
+def test_adam_first_step_leaves_the_model_alone(task):
+    model = helpers.SelfAttention_v2(32, 6)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    assert 0.2 < lesson03_live.adam_first_step(model, task) < 0.3
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in state.items())
+    assert all(p.grad is None for p in model.parameters())
 
 
 def test_train_inits_trains_on_one_thread_and_gives_the_caller_its_threads_back(task, monkeypatch):

@@ -9,7 +9,7 @@
   weights in one picture), ``train_inits`` (each class trained on the task, for a few seeds) and ``trained_table``
   (one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and why a saturated
   softmax stalls training: rows that are exactly one-hot, the gradient that reaches ``W_query``, via
-  ``saturation``).
+  ``saturation``; and Adam's steps on ``W_query``, via ``adam_first_step``).
 
 The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
 ``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
@@ -18,8 +18,10 @@ The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_que
 
 from __future__ import annotations
 
+import inspect
 import math
 import warnings
+from copy import deepcopy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,7 +34,7 @@ from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
 __all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "mean_largest_weight", "train_inits", "trained_table"]
+           "init_side_by_side", "saturation", "mean_largest_weight", "adam_first_step", "train_inits", "trained_table"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
@@ -263,38 +265,76 @@ def train_inits(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seque
                 for seed in seeds for cls in inits.values()}
 
 
+def adam_first_step(model: nn.Module, task: PreviousTokenTask, lr: float = 0.02, batch_size: int = 64,
+                    seed: int = 99) -> float:
+    """The length (norm) of the change that one ``torch.optim.Adam(lr=lr)`` step makes to ``W_query``, on the fresh
+    batch :func:`saturation` uses. The step is taken on a copy: ``model`` is left as it is.
+
+    Adam divides each entry's step by that entry's running gradient size, so a first step moves every entry whose
+    gradient is well above Adam's ``eps`` (1e-8) by about ``lr``: the length is near ``lr * sqrt(entries)``,
+    whatever the size of the gradient.
+    """
+    if not isinstance(task, PreviousTokenTask):
+        raise TypeError(f"task must be a PreviousTokenTask, got {type(task).__name__}")
+    copy = deepcopy(model)
+    device = _query_weight(copy).device
+    optimizer = torch.optim.Adam(copy.parameters(), lr=lr)
+    token_ids = task.sample(batch_size, torch.Generator().manual_seed(seed))          # (B, T)
+    logits = copy(task.embed(token_ids).to(device))                                  # (B, T, V)
+    targets = task.targets(token_ids).to(device)                                     # (B, T)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    before = _query_weight(copy).detach().clone()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return (_query_weight(copy).detach() - before).norm().item()
+
+
 def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
                   level: float = 0.9, num_steps: int = 200, device=None) -> str:
-    """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in one table, one row per
-    class: after how many steps (rounded to 10) the probe's mean weight on the target key first reaches ``level``,
-    and the final loss, seed by seed; for the first seed, :func:`saturation` at step 0 and after training (the
-    share of rows of ``A`` that are exactly one-hot, the gradient norm that reaches ``W_query``) and, untrained,
-    :func:`mean_largest_weight`."""
+    """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in three small tables with
+    one row per class and one quantity per column:
+
+    1. the outcome, seed by seed: after how many steps (rounded to 10) the probe's mean weight on the target key
+       first reaches ``level``, and the final loss;
+    2. the softmax, for the first seed, untrained and trained (:func:`saturation`, :func:`mean_largest_weight`):
+       the share of rows of ``A`` that are exactly one-hot, the mean largest weight, the gradient norm at ``W_query``;
+    3. Adam's steps, for the first seed: the length of the untrained ``W_query``, of Adam's first step
+       (:func:`adam_first_step`), the step as a share of that length, and how far ``W_query`` moved in training."""
     _check_inits(inits, exactly=None)
     if not seeds:
         raise ValueError("seeds must name at least one seed")
     runs = train_inits(task, inits, seeds, device, num_steps)
     first, vocab_size = seeds[0], len(task.vocab)
-    widths = (12, 24, 20, 20)  # name, steps, final loss, one-hot; the gradient last
-
-    def line(cells: Sequence[str]) -> str:
-        return ("".join(f"{cell:<{width}}" for cell, width in zip(cells, widths)) + cells[-1]).rstrip()
-
+    lr = inspect.signature(train_attention).parameters["lr"].default  # the rate the runs were trained with
+    eps = inspect.signature(torch.optim.Adam).parameters["eps"].default
     seed_text = ", ".join(str(seed) for seed in seeds)
-    lines = [f"trained on the task, d_in = {task.d_in}, d_k = {vocab_size}, {num_steps} steps, seeds {seed_text}",
-             line(["", "steps until mean", "final loss", f"seed {first}, on a fresh batch, untrained -> trained:", ""]),
-             line(["", f"weight on target ≥ {level}", f"(ln {vocab_size} = {math.log(vocab_size):.2f}:",
-                   "rows of A exactly", "gradient norm"]),
-             line(["init", "(to 10)", "blind guess)", "one-hot; untrained", "that reaches W_q"]),
-             line(["", "", "", "mean largest a_ij", ""])]
+
+    def table(widths: Sequence[int], rows: Sequence[Sequence[str]]) -> list[str]:
+        return [("".join(f"{cell:<{width}}" for cell, width in zip(row, widths)) + row[-1]).rstrip() for row in rows]
+
+    outcome = [["init", f"steps until mean weight on target ≥ {level}", "final loss"]]
+    softmax = [["", "one-hot rows of A", "", "mean largest a_ij", "gradient norm at W_q", ""],
+               ["init", "untrained", "trained", "untrained", "untrained", "trained"]]
+    adam = [["init", "length of W_q, untrained", "Adam's first step", "step / length", f"W_q moved in {num_steps} steps"]]
     for name, cls in inits.items():
         reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
         steps = ", ".join("never" if r is None else str(round(r, -1)) for r in reached)
         losses = ", ".join(f"{runs[cls.__name__, seed].losses[-1]:.2f}" for seed in seeds)
+        outcome.append([name, steps, losses])
         trained = runs[cls.__name__, first].model
         untrained = _build(cls, task.d_in, vocab_size, first, _query_weight(trained).device)
         (hot_0, grad_0), (hot_1, grad_1) = saturation(untrained, task), saturation(trained, task)
-        top_0 = mean_largest_weight(untrained, task)
-        lines.append(line([name, steps, losses, f"{hot_0:.0%} -> {hot_1:.0%}; {top_0:.2f}",
-                           f"{_grad_text(grad_0)} -> {_grad_text(grad_1)}"]))
-    return "\n".join(lines)
+        softmax.append([name, f"{hot_0:.0%}", f"{hot_1:.0%}", f"{mean_largest_weight(untrained, task):.2f}",
+                        _grad_text(grad_0), _grad_text(grad_1)])
+        start = _query_weight(untrained).detach()
+        moved = (_query_weight(trained).detach() - start).norm().item()
+        step = adam_first_step(untrained, task, lr=lr)
+        adam.append([name, f"{start.norm().item():.2f}", f"{step:.2f}", f"{step / start.norm().item():.0%}",
+                     f"{moved:.2f}"])
+    return "\n".join(
+        [f"trained on the task, d_in = {task.d_in}, d_k = {vocab_size}, {num_steps} steps, seeds {seed_text} "
+         "(steps rounded to 10)"]
+        + table((12, 46), outcome)
+        + ["", f"the softmax: seed {first}, on a fresh batch"] + table((12, 12, 16, 20, 12), softmax)
+        + ["", f"Adam's steps (lr = {lr}, eps = {eps:.0e}): seed {first}"] + table((12, 28, 20, 16), adam))
