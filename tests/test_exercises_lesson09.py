@@ -231,3 +231,25 @@ def test_the_task_asks_for_the_shift_check_and_the_solution_holds_it():
     printed.clear()
     exec(right, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})
     torch.testing.assert_close(printed[0], printed[1])                                     # one layout: they stay
+
+
+def test_no_cell_of_the_lesson_runs_or_explains_the_exercise_bug():
+    # The spot-the-bug code mixes the pair layouts; neither the core nor a deep dive may mix them (or say what
+    # mixing does) before the learner has found it: every other cell that scores turned vectors uses one layout.
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "09_positions.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            assert not re.search(r"mix(ing|ed)? (the )?layouts", text, re.IGNORECASE), text[:200]
+            continue
+        for line in text.splitlines():
+            calls = re.findall(r"apply_rope\(([^()]*(?:\([^()]*\)[^()]*)*)\)", line)
+            layouts = {"halves" if 'pairs="halves"' in call else "adjacent" for call in calls}
+            assert "@" not in line or len(layouts) <= 1, line
+    where = [cell for cell in cells if "".join(cell["source"]).startswith("### Where RoPE goes in a model")]
+    assert len(where) == 1 and "halves" not in "".join(where[0]["source"])   # the core names no layout

@@ -3,9 +3,9 @@
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
    per-head penalty on the distance i - j;
 2. spot the bug: RoPE attention whose keys are turned with the rotate-half pair layout and whose queries with
-   adjacent pairs, a mix the lesson's core never spells out (its deep dive on the layouts comes after the
-   exercises); the shift test (every position + 10) exposes it, as the scores then depend on where the tokens
-   stand. Turned values and the other half-fixes are named wrong answers; either layout used for both is RoPE and
+   adjacent pairs, a mix the lesson never spells out (its core does not name the layouts; their deep dive,
+   after the exercises, shows only that one layout used for both is RoPE); the shift test (every position + 10)
+   exposes it, as the scores then depend on where the tokens stand. Turned values and the other half-fixes are named wrong answers; either layout used for both is RoPE and
    passes.
 """
 
@@ -222,8 +222,8 @@ rope_attention = SpotTheBug(
     hint=["apply_rope(x, positions) turns row n of x by positions[n]. Turn the same random q and k as the "
           "printed code does, once at torch.arange(6) and once at torch.arange(6) + 10, and compare a row of "
           "their scores. Do the two rows agree?",
-          "The two turning lines differ in one argument, pairs (section 4, \"Where RoPE goes in a model\"): which "
-          "dimensions form pair r for each of its settings?",
+          "The two turning lines differ in one argument, pairs: help(apply_rope) says which dimensions form pair r "
+          "for each of its settings.",
           "Section 4's argument turns pair r of the query and pair r of the key by angles of the same frequency. "
           "Does that hold when the two are paired differently?"],
     solution=_solution_rope_attention,
