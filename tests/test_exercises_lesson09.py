@@ -117,7 +117,7 @@ def test_alibi_survives_inf_and_nan_answers():
         assert lesson09.alibi_weights.check(flat).status == "wrong"
 
 
-# --- 2. spot the bug: two pair layouts ----------------------------------------------------------------------------
+# --- 2. spot the bug: a quarter turn that is a reflection --------------------------------------------------------
 def _rope_attention_with_sdpa(queries, keys, values):
     return torch.nn.functional.scaled_dot_product_attention(apply_rope(queries), apply_rope(keys), values)
 
@@ -145,21 +145,55 @@ def test_rope_attention_accepts_right_forms(answer):
 
 def test_rope_attention_names_the_bug():
     feedback = lesson09.rope_attention.check(lesson09.rope_attention.buggy)
-    assert feedback.status == "wrong" and "queries are turned with adjacent pairs" in feedback.message, \
-        feedback.message
+    assert feedback.status == "wrong" and "quarter turn is wrong" in feedback.message, feedback.message
 
 
-def test_the_bug_is_one_the_lesson_core_does_not_spell_out():
-    # The lesson's core says the values are not turned (section 4, Summary); the bug is the mixed pair layouts,
-    # explained only in the deep dive after the exercises, and the values stay untouched in the buggy code.
+def test_the_bug_is_one_only_the_shift_check_reveals():
+    # The buggy code turns queries and keys alike with one hand-written turn (no second layout, no turned values,
+    # nothing to diff with another line); its one wrong sign, (-b, -a) for (-b, a), appears nowhere in the notebook.
+    import json
+    from pathlib import Path
+
     source = __import__("inspect").getsource(lesson09.rope_attention.buggy)
-    assert 'apply_rope(keys, pairs="halves")' in source and "apply_rope(queries)" in source
-    assert "apply_rope(values" not in source and "in (queries, keys, values)" not in source
+    assert "torch.stack((-b, -a)" in source
+    assert "queries, keys = turn(queries, positions), turn(keys, positions)" in source
+    assert "pairs=" not in source and "turn(values" not in source and "apply_rope" not in source
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "09_positions.ipynb"
+    text = "".join("".join(cell["source"]) for cell in json.loads(path.read_text(encoding="utf-8"))["cells"])
+    assert "(-b, -a)" not in text and "(-b, a)" not in text and "quarter" not in text
 
 
 def test_the_task_states_the_scaling_and_the_untouched_values():
     task = lesson09.rope_attention.task
     assert "sqrt(head_dim)" in task and "values are not turned" in task
+
+
+def _reflection(a, b):
+    return -b, -a                                                       # the buggy code's "quarter turn"
+
+
+def _clockwise(a, b):
+    return b, -a
+
+
+def _anticlockwise(a, b):
+    return -b, a                                                        # section 4 at 90 degrees
+
+
+def _turn(x, positions=None, quarter=_reflection):
+    # the printed code's turn, with its quarter turn as an argument
+    positions = torch.arange(x.shape[-2]) if positions is None else positions
+    omega = 10000.0 ** (-torch.arange(0, x.shape[-1], 2) / x.shape[-1])
+    angles = (positions[:, None] * omega).repeat_interleave(2, dim=-1)
+    return x * angles.cos() + torch.stack(quarter(x[..., 0::2], x[..., 1::2]), dim=-1).flatten(-2) * angles.sin()
+
+
+def test_the_fixed_turn_is_apply_rope_and_the_buggy_code_uses_the_reflection():
+    x = torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(_turn(x, quarter=_anticlockwise), apply_rope(x))
+    q, k, v = (torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(s)) for s in (1, 2, 3))
+    torch.testing.assert_close(lesson09.rope_attention.buggy(q, k, v),
+                               torch.softmax(_turn(q) @ _turn(k).transpose(-2, -1) / 8 ** 0.5, -1) @ v)
 
 
 @pytest.mark.parametrize("wrong, words", [
@@ -180,6 +214,10 @@ def test_the_task_states_the_scaling_and_the_untouched_values():
     (lambda q, k, v: torch.softmax(q @ apply_rope(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
      "rotated the keys only"),   # the other half-fix: the turn dropped from the query line
     (lambda q, k, v: torch.softmax(q @ k.transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v, "no positions"),
+    (lambda q, k, v: torch.softmax(_turn(q, quarter=_clockwise) @ _turn(k, quarter=_clockwise).transpose(-2, -1)
+                                   / k.shape[-1] ** 0.5, -1) @ v, "wrong way round"),   # (b, -a): a half-fix
+    (lambda q, k, v: torch.softmax(_turn(q) @ _turn(k).transpose(-2, -1) / k.shape[-1] ** 0.5, -1) @ v,
+     "quarter turn is wrong"),   # the bug, retyped
     (lambda q, k, v: torch.softmax(apply_rope(q) @ apply_rope(k).transpose(-2, -1), -1) @ v, "values are not"),
 ])
 def test_rope_attention_rejects_wrong_answers(wrong, words):
@@ -204,14 +242,14 @@ def test_the_shift_check_the_task_suggests_exposes_the_bug():
     queries, keys, values = (torch.randn(2, 6, 8, generator=g) for _ in range(3))
     positions = torch.arange(6)
 
-    def attention(key_pairs, shift):
-        q = apply_rope(queries, positions + shift)
-        k = apply_rope(keys, positions + shift, pairs=key_pairs)
+    def attention(quarter, shift):
+        q, k = _turn(queries, positions + shift, quarter), _turn(keys, positions + shift, quarter)
         return torch.softmax(q @ k.transpose(-2, -1) / 8 ** 0.5, dim=-1) @ values
 
-    torch.testing.assert_close(attention("adjacent", 10), attention("adjacent", 0))
-    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), attention("halves", 0))
-    assert not torch.allclose(attention("halves", 10), attention("halves", 0), atol=1e-3)   # the buggy code
+    torch.testing.assert_close(attention(_anticlockwise, 10), attention(_anticlockwise, 0))
+    torch.testing.assert_close(attention(_clockwise, 10), attention(_clockwise, 0))      # a rotation, the wrong way
+    torch.testing.assert_close(lesson09.rope_attention.buggy(queries, keys, values), attention(_reflection, 0))
+    assert not torch.allclose(attention(_reflection, 10), attention(_reflection, 0), atol=1e-3)   # the buggy code
 
 
 def test_the_task_asks_for_the_shift_check_and_the_solution_holds_it():
@@ -219,15 +257,36 @@ def test_the_task_asks_for_the_shift_check_and_the_solution_holds_it():
     # shows the check's code.
     task, first_hint = lesson09.rope_attention.task, lesson09.rope_attention._hints[0]
     assert "First write a check" in task and "0..5" in task and "10..15" in task
-    assert "apply_rope(k, p + shift" not in task and "apply_rope(k, p + shift" not in first_hint
+    assert "turn(k, p + shift" not in task and "turn(k, p + shift" not in first_hint
     assert "torch.arange(6) + 10" in first_hint
     source = lesson09.rope_attention._solution_source()
     code = "\n".join(line.strip()[6:] for line in source.splitlines() if line.strip().startswith("#     "))
     printed = []
     torch.manual_seed(0)
-    exec(code, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})
-    assert len(printed) == 2 and not torch.allclose(printed[0], printed[1], atol=1e-3)   # the buggy lines move
-    right = code.replace(', pairs="halves"', "")
+    exec(code, {"torch": torch, "turn": _turn, "print": printed.append})
+    assert len(printed) == 2 and not torch.allclose(printed[0], printed[1], atol=1e-3)   # the buggy turn moves
     printed.clear()
-    exec(right, {"torch": torch, "apply_rope": apply_rope, "print": printed.append})
-    torch.testing.assert_close(printed[0], printed[1])                                     # one layout: they stay
+    exec(code, {"torch": torch, "turn": lambda x, p: _turn(x, p, _anticlockwise), "print": printed.append})
+    torch.testing.assert_close(printed[0], printed[1])                                     # the fixed one: they stay
+
+
+def test_no_cell_of_the_lesson_runs_or_explains_the_exercise_bug():
+    # Mixed pair layouts are a named wrong answer of the spot-the-bug exercise; neither the core nor a deep dive
+    # runs them (or says what mixing does): every cell that scores turned vectors uses one layout.
+    import json
+    import re
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "notebooks" / "09_positions.ipynb"
+    cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
+    for cell in cells:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "markdown":
+            assert not re.search(r"mix(ing|ed)? (the )?layouts", text, re.IGNORECASE), text[:200]
+            continue
+        for line in text.splitlines():
+            calls = re.findall(r"apply_rope\(([^()]*(?:\([^()]*\)[^()]*)*)\)", line)
+            layouts = {"halves" if 'pairs="halves"' in call else "adjacent" for call in calls}
+            assert "@" not in line or len(layouts) <= 1, line
+    where = [cell for cell in cells if "".join(cell["source"]).startswith("### Where RoPE goes in a model")]
+    assert len(where) == 1 and "halves" not in "".join(where[0]["source"])   # the core names no layout

@@ -2,11 +2,11 @@
 
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
    per-head penalty on the distance i - j;
-2. spot the bug: RoPE attention whose keys are turned with the rotate-half pair layout and whose queries with
-   adjacent pairs, a mix the lesson's core never spells out (its deep dive on the layouts comes after the
-   exercises); the shift test (every position + 10) exposes it, as the scores then depend on where the tokens
-   stand. Turned values and the other half-fixes are named wrong answers; either layout used for both is RoPE and
-   passes.
+2. spot the bug: RoPE attention with a hand-written turn, applied alike to queries and keys, whose quarter turn
+   takes the pair (a, b) to (-b, -a), a reflection, instead of (-b, a). Every line looks like RoPE; the shift
+   test (every position + 10) exposes it, as the scores then depend on i + j. Turned values, mixed pair layouts,
+   the turn the wrong way round and the other half-fixes are named wrong answers; apply_rope in either layout,
+   used for both, is RoPE and passes.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ alibi_weights = FunctionExercise(
 )
 
 
-# --- 2. spot the bug: queries and keys turned with two different pair layouts (the buggy code) -------------------------------------
+# --- 2. spot the bug: a hand-written turn whose quarter turn is a reflection (the buggy code) --------------------
 def _qkv_cases(g: torch.Generator) -> list[Case]:
     def case(description, *shape):
         return Case(description, (randn(g, *shape), randn(g, *shape), randn(g, *shape)))
@@ -140,22 +140,59 @@ def _reference_rope_attention(queries, keys, values):
 
 def buggy_rope_attention(queries, keys, values):
     # queries, keys, values (..., T, head_dim) -> context vectors (..., T, head_dim), no mask
-    queries = apply_rope(queries)                                   # (..., T, D): row i turned by R_i
-    keys = apply_rope(keys, pairs="halves")                         # (..., T, D): row j turned by R_j
+    def turn(x, positions):
+        # R_i x_i: every pair (a, b) = (x_2r, x_2r+1) of row i turned by the angle positions[i] * omega_r
+        head_dim = x.shape[-1]
+        omega = 10000.0 ** (-torch.arange(0, head_dim, 2) / head_dim)            # (D / 2,): omega_r
+        angles = (positions[:, None] * omega).repeat_interleave(2, dim=-1)       # (T, D): each angle twice
+        a, b = x[..., 0::2], x[..., 1::2]                                        # (..., T, D / 2) each
+        quarter_turn = torch.stack((-b, -a), dim=-1).flatten(-2)                 # (..., T, D): pairs a quarter on
+        return x * angles.cos() + quarter_turn * angles.sin()                   # (..., T, D)
+
+    positions = torch.arange(queries.shape[-2])                                  # (T,): 0, 1, ..., T - 1
+    queries, keys = turn(queries, positions), turn(keys, positions)              # the values are not turned
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
 
 
 def _solution_rope_attention(queries, keys, values):
-    # The shift check on the printed code's two turning lines; its two rows differ, so the scores are not RoPE's:
+    # The shift check on the printed code's turn (copied out of the function); its two rows differ:
     #     q, k, p = torch.randn(6, 8), torch.randn(6, 8), torch.arange(6)
     #     for shift in (0, 10):
-    #         print((apply_rope(q, p + shift) @ apply_rope(k, p + shift, pairs="halves").T)[0, :3])
-    queries, keys = apply_rope(queries), apply_rope(keys)           # the same pairs for both
+    #         print((turn(q, p + shift) @ turn(k, p + shift).T)[0, :3])
+    # (-b, -a) is a reflection of (a, b), not a quarter turn: section 4's formula at 90 degrees gives (-b, a).
+    # apply_rope(queries), apply_rope(keys) in place of the two turns is the same answer.
+    def turn(x, positions):
+        head_dim = x.shape[-1]
+        omega = 10000.0 ** (-torch.arange(0, head_dim, 2) / head_dim)            # (D / 2,): omega_r
+        angles = (positions[:, None] * omega).repeat_interleave(2, dim=-1)       # (T, D): each angle twice
+        a, b = x[..., 0::2], x[..., 1::2]                                        # (..., T, D / 2) each
+        quarter_turn = torch.stack((-b, a), dim=-1).flatten(-2)                  # (a, b) -> (-b, a): 90 degrees
+        return x * angles.cos() + quarter_turn * angles.sin()                   # (..., T, D)
+
+    positions = torch.arange(queries.shape[-2])                                  # (T,)
+    queries, keys = turn(queries, positions), turn(keys, positions)
     attn_scores = queries @ keys.transpose(-2, -1)                  # (..., T, D) @ (..., D, T) -> (..., T, T)
     attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
     return attn_weights @ values                                    # (..., T, T) @ (..., T, D) -> (..., T, D)
+
+
+def _rope_turned_backwards(queries, keys, values):
+    # the quarter turn (b, -a): a rotation, but by -i omega_r, so the scores are those of position -i
+    def turn(x):
+        flipped = x.clone()
+        flipped[..., 1::2] = -x[..., 1::2]                          # (a, b) -> (a, -b): the same as turning by -gamma
+        turned = apply_rope(flipped)
+        turned[..., 1::2] = -turned[..., 1::2]
+        return turned
+    queries, keys = turn(queries), turn(keys)
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
+
+
+def _rope_mixed_layouts(queries, keys, values):
+    queries, keys = apply_rope(queries), apply_rope(keys, pairs="halves")
+    return torch.softmax(queries @ keys.transpose(-2, -1) / keys.shape[-1] ** 0.5, dim=-1) @ values
 
 
 def _rope_on_queries_only(queries, keys, values):
@@ -204,6 +241,11 @@ def _rope_after_scaling(queries, keys, values):
     return attn_weights @ values
 
 
+_REFLECTION = ("the quarter turn is wrong: (a, b) -> (-b, -a) is a reflection, not a turn by 90 degrees, so "
+               "x cos + quarter_turn sin is no rotation (it turns the pair (1, 0) to (cos, -sin) but (0, 1) to "
+               "(-sin, cos)). Two such maps do not combine into one turn by j - i, and the scores depend on where "
+               "the tokens stand. Section 4's formula at 90 degrees takes (a, b) to (-b, a).")
+
 _VALUES_TURNED = ("the values are turned too. RoPE belongs in the scores: (R_i q_i) . (R_j k_j) depends on j - i "
                   "only, but a turned value R_j v_j carries token j's absolute position into the output, so moving "
                   "the whole sentence changes the context vectors. Turn the queries and keys only.")
@@ -215,21 +257,27 @@ rope_attention = SpotTheBug(
     "(..., T, head_dim), scores divided by sqrt(head_dim), output the context vectors z_i = sum_j a_ij v_j "
     "(..., T, head_dim). The code below runs, yet its answer is wrong. First write a check that needs no answer: "
     "right RoPE scores depend on j - i only, so moving every position by the same constant leaves them as they "
-    "were. Turn random queries and keys as the printed code does, at positions 0..5 and again at 10..15 (the "
-    "positions argument of apply_rope), and compare a row of scores. Then find the bug and fix it.",
+    "were. Turn random queries and keys with the printed code's turn, at positions 0..5 and again at 10..15 (its "
+    "positions argument; copy turn out of the function), and compare a row of scores. Then find the bug and fix "
+    "it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["apply_rope(x, positions) turns row n of x by positions[n]. Turn the same random q and k as the "
-          "printed code does, once at torch.arange(6) and once at torch.arange(6) + 10, and compare a row of "
-          "their scores. Do the two rows agree?",
-          "The two turning lines differ in one argument, pairs (section 4, \"Where RoPE goes in a model\"): which "
-          "dimensions form pair r for each of its settings?",
-          "Section 4's argument turns pair r of the query and pair r of the key by angles of the same frequency. "
-          "Does that hold when the two are paired differently?"],
+    hint=["Copy the printed turn out of the function: turn(x, positions) turns row n of x by positions[n]. Turn "
+          "the same random q and k with it, once at torch.arange(6) and once at torch.arange(6) + 10, and compare "
+          "a row of their scores. Do the two rows agree?",
+          "Scores that move with the sentence mean that turn is no rotation. Take head_dim = 2 and one angle "
+          "gamma: which 2 x 2 matrix does turn apply to (a, b)? Compare it with section 4's formula.",
+          "Section 4's formula at gamma = 90 degrees says where a quarter turn takes (a, b). Does the printed "
+          "quarter_turn put it there?"],
     solution=_solution_rope_attention,
     buggy=buggy_rope_attention,
-    bug_message=_MIXED_LAYOUTS.format(first="queries", second="keys"),
+    bug_message=_REFLECTION,
     mistakes=[
+        Mistake(_rope_turned_backwards, "you turn every pair the wrong way round, by -i omega_r: (a, b) -> (b, -a) is "
+                                        "a quarter turn clockwise. The scores still depend on j - i only, but they "
+                                        "are those of position -i. Section 4 turns by +i omega_r: a quarter turn "
+                                        "takes (a, b) to (-b, a)."),
+        Mistake(_rope_mixed_layouts, _MIXED_LAYOUTS.format(first="queries", second="keys")),
         Mistake(_rope_layouts_swapped, _MIXED_LAYOUTS.format(first="keys", second="queries")),
         Mistake(_rope_values_turned, _VALUES_TURNED),
         Mistake(_rope_on_queries_only, "you rotated the queries only. Then the score R_i q_i . k_j depends on "
