@@ -55,11 +55,15 @@ class Learner(nn.Module):
         b, _, n, _ = context.shape
         return context.transpose(1, 2).contiguous().view(b, n, self.d_out)
 
-    def forward(self, x):
+    def forward(self, x, return_weights=False):
         n = x.shape[1]
         q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
         w = self.dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n))
-        return self.out_proj(self.merge(w @ v))
+        out = self.out_proj(self.merge(w @ v))
+        return (out, self.returned(w)) if return_weights else out
+
+    def returned(self, w):
+        return w
 
 
 class WithEinsum(nn.Module):
@@ -70,14 +74,17 @@ class WithEinsum(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x, return_weights=False):
         b, t, _ = x.shape
         q, k, v = (proj(x).reshape(b, t, self.h, -1) for proj in (self.W_query, self.W_key, self.W_value))
         scores = torch.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(q.shape[-1])
         future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        w = self.drop(F.softmax(scores.masked_fill(future, float("-inf")), dim=3))
-        context = torch.einsum("bhqk,bkhd->bqhd", w, v)
-        return self.out_proj(context.reshape(b, t, -1))
+        probs = F.softmax(scores.masked_fill(future, float("-inf")), dim=3)
+        context = torch.einsum("bhqk,bkhd->bqhd", self.drop(probs), v)
+        out = self.out_proj(context.reshape(b, t, -1))
+        if return_weights:
+            return [out, probs]           # a list, and the weights before dropout: the same in eval()
+        return out
 
 
 class WithUnflattenAndFunctionalDropout(nn.Module):
@@ -90,7 +97,7 @@ class WithUnflattenAndFunctionalDropout(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.register_buffer("keep", torch.tril(torch.ones(context_length, context_length, dtype=torch.bool)))
 
-    def forward(self, x):
+    def forward(self, x, return_weights=False):
         t = x.shape[1]
         q = self.W_query(x).unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)
         k = self.W_key(x).unflatten(-1, (self.num_heads, -1)).permute(0, 2, 1, 3)
@@ -98,7 +105,8 @@ class WithUnflattenAndFunctionalDropout(nn.Module):
         scores = torch.matmul(q, k.mT) * q.size(-1) ** -0.5
         scores = torch.where(self.keep[:t, :t], scores, torch.tensor(float("-inf")))
         w = F.dropout(scores.softmax(-1), p=self.p, training=self.training)
-        return self.out_proj((w @ v).permute(0, 2, 1, 3).flatten(2))
+        out = self.out_proj((w @ v).permute(0, 2, 1, 3).flatten(2))
+        return (out, w) if return_weights else out
 
 
 class WithHeadLoopAndCat(Learner):
@@ -116,6 +124,64 @@ class WithHeadLoopAndCat(Learner):
 def test_right_answers_in_several_styles_pass(right):
     feedback = capstone.check(right)
     assert feedback.passed, feedback.message
+
+
+# --- the element the lesson does not show: forward(x, return_weights=True) -----------------------------------------
+class NoReturnWeights(Learner):        # section 3's steps, copied: forward(x) only
+    def forward(self, x):
+        return super().forward(x)
+
+
+class ReturnWeightsIgnored(Learner):
+    def forward(self, x, return_weights=False):
+        return super().forward(x)
+
+
+class WeightsAveragedOverHeads(Learner):
+    def returned(self, w):
+        return w.mean(dim=1)
+
+
+class WeightsTokensBeforeHeads(Learner):
+    def returned(self, w):
+        return w.transpose(1, 2)
+
+
+class WeightsTransposed(Learner):
+    def returned(self, w):
+        return w.transpose(-2, -1)
+
+
+class ScoresInsteadOfWeights(Learner):
+    def returned(self, w):
+        return torch.log(w)             # the scores up to a constant per row: -inf above the diagonal
+
+
+class WeightsOfOneHead(Learner):
+    def returned(self, w):
+        return w[:, :1].expand_as(w)
+
+
+class WeightsFirst(Learner):
+    def forward(self, x, return_weights=False):
+        out = super().forward(x, return_weights)
+        return out[::-1] if return_weights else out
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (NoReturnWeights, "takes no `return_weights`"),
+    (ReturnWeightsIgnored, "must return two tensors"),
+    (WeightsAveragedOverHeads, "averaged over the heads"),
+    (WeightsTokensBeforeHeads, "token axis before the head axis"),
+    (WeightsTransposed, "transposed"),
+    (ScoresInsteadOfWeights, "do not sum to 1"),
+    (WeightsOfOneHead, "not the values the softmax gives"),
+    (WeightsFirst, "context vectors first"),
+])
+def test_each_wrong_return_weights_gets_its_own_message(wrong, words):
+    feedback = capstone.check(wrong)
+    assert feedback.status == "wrong", feedback.message
+    assert words in feedback.message, feedback.message
 
 
 class ViewWithoutTranspose(Learner):
@@ -397,11 +463,12 @@ from torch.nn.functional import dropout as my_dropout  # noqa: E402  (a learner'
 
 def test_dropout_applied_with_an_alias_of_functional_dropout_passes():
     class Alias(Learner):
-        def forward(self, x):
+        def forward(self, x, return_weights=False):
             n = x.shape[1]
             q, k, v = self.split(self.W_query(x)), self.split(self.W_key(x)), self.split(self.W_value(x))
             w = my_dropout(self.weights(q @ k.transpose(-2, -1) / self.scale(), n), self.dropout.p, self.training)
-            return self.out_proj(self.merge(w @ v))
+            out = self.out_proj(self.merge(w @ v))
+            return (out, w) if return_weights else out
 
     assert capstone.check(Alias).passed
 
@@ -554,17 +621,19 @@ class LoopOverHeads(nn.Module):
         self.out_proj = nn.Linear(d_out, d_out)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x):
+    def forward(self, x, return_weights=False):
         t = x.shape[1]
         q, k, v = self.W_query(x), self.W_key(x), self.W_value(x)
         future = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
-        heads = []
+        heads, per_head = [], []
         for h in range(self.num_heads):
             part = slice(h * self.head_dim, (h + 1) * self.head_dim)
             scores = q[..., part] @ k[..., part].transpose(1, 2) / math.sqrt(self.head_dim)   # (B, T, T)
             weights = self.dropout(torch.softmax(scores.masked_fill(future, -math.inf), dim=-1))
             heads.append(weights @ v[..., part])                                              # (B, T, D)
-        return self.out_proj(torch.cat(heads, dim=-1))
+            per_head.append(weights)
+        out = self.out_proj(torch.cat(heads, dim=-1))
+        return (out, torch.stack(per_head, dim=1)) if return_weights else out                # (B, H, T, T)
 
 
 class LoopOverHeadsDroppingTwice(LoopOverHeads):
@@ -587,3 +656,4 @@ def test_a_loop_over_heads_that_drops_each_weight_twice_is_wrong():
 def test_the_capstone_task_says_how_often_dropout_runs_and_that_the_mask_needs_no_name():
     task = capstone.task
     assert "one call per head" in task and "buffer of any name" in task
+    assert "return_weights=True" in task and "(batch_size, num_heads, num_tokens, num_tokens)" in task

@@ -1,11 +1,13 @@
 """Exercises for notebook 06: multi-head attention.
 
 1. ``causal_multi_head`` (the capstone): write causal multi-head attention as an ``nn.Module`` class, from an empty
-   class. The checker builds the learner's class, copies the weights of the course's
+   class, whose ``forward(x, return_weights=True)`` also returns the per-head weights (the lesson never writes that
+   part). The checker builds the learner's class, copies the weights of the course's
    :class:`~helpers.modules.MultiHeadAttention` into it and compares the two on batches, several head counts,
    ``d_in != d_out``, sharply peaked scores, in ``eval()`` and with dropout in ``train()``. Each common mistake
    (view without transpose, the wrong scale, a mask off by one or inverted, softmax over the wrong axis, the merge in
-   the wrong order, weights not registered as parameters, dropout in the wrong place) has its own message.
+   the wrong order, weights not registered as parameters, dropout in the wrong place; weights averaged over the
+   heads, in the wrong axis order, the scores instead of the weights) has its own message.
 2. ``fused_qkv_bug`` (spot the bug): one fused projection holds queries, keys and values, and the code reads its
    features in the wrong order (a bug the lesson does not show; converting checkpoints between layouts hits it).
 """
@@ -17,7 +19,7 @@ import inspect
 import math
 import re
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -98,7 +100,7 @@ class _SolutionMultiHeadAttention(nn.Module):
         t = t.view(batch_size, num_tokens, self.num_heads, self.head_dim)  # (B, T, d_out) -> (B, T, H, D)
         return t.transpose(1, 2)                                          # (B, T, H, D) -> (B, H, T, D)
 
-    def forward(self, x):
+    def forward(self, x, return_weights=False):
         batch_size, num_tokens, _ = x.shape
         queries = self.split_heads(self.W_query(x))                      # (B, T, d_in) -> (B, H, T, D)
         keys = self.split_heads(self.W_key(x))
@@ -108,7 +110,8 @@ class _SolutionMultiHeadAttention(nn.Module):
         attn_weights = self.dropout(torch.softmax(attn_scores, dim=-1))  # over the keys: each row sums to 1
         context = (attn_weights @ values).transpose(1, 2)                # (B, H, T, D) -> (B, T, H, D)
         context = context.reshape(batch_size, num_tokens, -1)            # (B, T, H, D) -> (B, T, d_out)
-        return self.out_proj(context)
+        context = self.out_proj(context)
+        return (context, attn_weights) if return_weights else context    # attn_weights: (B, H, T, T), per head
 
 
 def _forward(layer: MultiHeadAttention, x: torch.Tensor, *, split="view_transpose", scale="head_dim",
@@ -299,15 +302,20 @@ class _ModuleExercise(FunctionExercise):
             return self._wrong(f"your class builds on {base.__name__}; the task asks you to write the layer "
                                f"yourself, from nn.Module.")
         generator = torch.Generator().manual_seed(self.seed)
-        checked = []
+        checked, weights_checks = [], []
         for layer in LAYERS:
             outcome = self._check_layer(cls, layer, generator)
             if isinstance(outcome, Feedback):
                 return outcome
             checked.append(layer)
+            weights_checks.append(outcome)
+        for weights_check in weights_checks:   # return_weights=True last: every other mistake is named first
+            outcome = weights_check()
+            if isinstance(outcome, Feedback):
+                return outcome
         return Feedback("correct", f"✅ {self.title}: your layer equals the course's MultiHeadAttention on all "
                                    f"{len(checked)} layers (1 to 6 heads, d_in != d_out, a single token, sharply "
-                                   f"peaked scores), in eval() and with dropout in train().")
+                                   f"peaked scores), in eval() and with dropout in train(), its weights per head too.")
 
     # --- one layer ---------------------------------------------------------------------------
     def _build(self, cls, layer: _Layer):
@@ -371,14 +379,69 @@ class _ModuleExercise(FunctionExercise):
                     f"learns only W_query, W_key, W_value and out_proj.")
         return None
 
-    def _run(self, module, x, namespace, coins: _Coins, seed: int):
+    def _run(self, module, x, namespace, coins: _Coins, seed: int, **kwargs):
         calls: list[str] = []
         with torch.random.fork_rng(devices=[]), _watching(_FORBIDDEN, namespace, calls), coins.flipping(namespace):
             torch.manual_seed(seed)
-            out = module(x)
+            out = module(x, **kwargs)
         return out, calls
 
-    def _check_layer(self, cls, layer: _Layer, generator: torch.Generator) -> Feedback | None:
+    def _weights(self, module, reference, x, namespace, coins: _Coins, layer: _Layer, where: str) -> Feedback | None:
+        """``forward(x, return_weights=True)`` in eval(): (the same context vectors, the weights per head)."""
+        module.eval()
+        reference.eval()
+        shape = (layer.batch_size, layer.num_heads, layer.num_tokens, layer.num_tokens)
+        call = "forward(x, return_weights=True)"
+        try:
+            with torch.no_grad():
+                got, _ = self._run(module, x, namespace, coins, seed=4, return_weights=True)
+                context, weights = reference(x, return_weights=True)
+        except TypeError as error:
+            if "return_weights" in str(error):
+                return self._wrong("your forward takes no `return_weights`: the task asks for forward(self, x, "
+                                   "return_weights=False), which with return_weights=True returns (context_vecs, "
+                                   "attn_weights).")
+            return self._wrong(f"{where}, {call} raised TypeError: {error}")
+        except Exception as error:
+            return self._wrong(f"{where}, {call} raised {type(error).__name__}: {error}")
+        if not isinstance(got, (tuple, list)) or len(got) != 2:
+            return self._wrong(f"{where}, {call} returned {_describe(got)}; it must return two tensors, "
+                               f"(context_vecs, attn_weights).")
+        got_context, got_weights = got
+        if _close(got_context, weights) and _close(got_weights, context):
+            return self._wrong(f"{where}, {call} returns (attn_weights, context_vecs); the task asks for the "
+                               f"context vectors first.")
+        if not _close(got_context, context):
+            return self._wrong(f"{where}, the first tensor {call} returns must be the context vectors, the same "
+                               f"as forward(x) returns.")
+        if not isinstance(got_weights, torch.Tensor):
+            return self._wrong(f"{where}, {call} returns {_describe(got_weights)} as its weights; expected a tensor "
+                               f"of shape {shape} = (batch_size, num_heads, num_tokens, num_tokens).")
+        if layer.num_heads > 1 and _close(got_weights, weights.mean(dim=1)):
+            return self._wrong(f"{where}, your weights are averaged over the heads, {tuple(got_weights.shape)} (as "
+                               f"nn.MultiheadAttention does unless average_attn_weights=False). The task asks for "
+                               f"every head's own rows, {shape}: the average blends what each head does.")
+        if layer.num_heads > 1 and _close(got_weights, weights.transpose(1, 2)):
+            return self._wrong(f"{where}, your weights come with the token axis before the head axis, "
+                               f"{tuple(got_weights.shape)}; return them as the softmax made them, {shape} = "
+                               f"(batch_size, num_heads, num_tokens, num_tokens).")
+        if tuple(got_weights.shape) != shape:
+            return self._wrong(f"{where}, your weights have shape {tuple(got_weights.shape)}, expected {shape} = "
+                               f"(batch_size, num_heads, num_tokens, num_tokens).")
+        if layer.num_tokens > 1 and _close(got_weights, weights.transpose(-2, -1)):
+            return self._wrong(f"{where}, your weights are transposed: row i must be query i's weights for every "
+                               f"key (it sums to 1), not key i's column.")
+        sums = got_weights.detach().to("cpu", torch.float64).sum(dim=-1)
+        if not torch.allclose(sums, torch.ones_like(sums), atol=1e-4):
+            return self._wrong(f"{where}, the rows of your weights do not sum to 1: return the weights after the "
+                               f"softmax, not the scores before it.")
+        if not _close(got_weights, weights):
+            return self._wrong(f"{where}, your weights have the right shape but not the values the softmax gives "
+                               f"(the reference layer's, head by head).")
+        return None
+
+    def _check_layer(self, cls, layer: _Layer, generator: torch.Generator) -> Feedback | Callable[[], Feedback | None]:
+        """A Feedback if the layer's output is wrong, else the check of its weights, to run after every layer."""
         built = self._build(cls, layer)
         if isinstance(built, Feedback):
             return built
@@ -432,9 +495,9 @@ class _ModuleExercise(FunctionExercise):
                         return self._wrong(f"{where}: {message}")
                 return self._wrong(f"{where}, {_first_difference(got, expected)}")
 
-        # train(): dropout on the weights, the same coin flips as the reference
+        # train(): dropout on the weights, the same coin flips as the reference; then the weights, in eval()
         if layer.dropout == 0.0:
-            return None
+            return lambda: self._weights(module, reference, x, namespace, coins, layer, where)
         module.train()
         reference.train()
         try:
@@ -446,7 +509,7 @@ class _ModuleExercise(FunctionExercise):
         with torch.no_grad(), coins.flipping({}):
             expected = reference(x)
         if _close(got, expected):
-            return None
+            return lambda: self._weights(module, reference, x, namespace, coins, layer, where)
         active = [(shape, p) for shape, p, training in learner_calls if training and p > 0]
         one_head = layer.batch_size * layer.num_tokens * layer.num_tokens
         if 1 < len(active) == layer.num_heads and all(math.prod(shape) == one_head for shape, _ in active):
@@ -457,7 +520,7 @@ class _ModuleExercise(FunctionExercise):
             finally:
                 coins.per_head = False
             if _close(got, per_head):
-                return None
+                return lambda: self._weights(module, reference, x, namespace, coins, layer, where)
         if not active:
             return self._wrong(f"{where}, in train() your layer applies no dropout (through nn.Dropout or "
                                f"F.dropout): with dropout={layer.dropout}, train() must drop attention weights. "
@@ -499,8 +562,10 @@ class _ModuleExercise(FunctionExercise):
 causal_multi_head = _ModuleExercise(
     "Capstone: causal multi-head attention",
     "write class MyCausalMultiHeadAttention(nn.Module) with __init__(self, d_in, d_out, context_length, dropout, "
-    "num_heads, qkv_bias=False) and forward(self, x): x of shape (batch_size, num_tokens, d_in), num_tokens <= "
-    "context_length, returns only the context vectors (batch_size, num_tokens, d_out). The checker gives your layer "
+    "num_heads, qkv_bias=False) and forward(self, x, return_weights=False): x of shape (batch_size, num_tokens, "
+    "d_in), num_tokens <= context_length, returns only the context vectors (batch_size, num_tokens, d_out); with "
+    "return_weights=True it returns (context_vecs, attn_weights), the weights after the softmax per head, "
+    "(batch_size, num_heads, num_tokens, num_tokens), compared in eval(). The checker gives your layer "
     "the course's weights and compares it with MultiHeadAttention on several sizes, in eval() and train(). Four "
     "nn.Linear attributes: W_query, W_key, W_value (d_in -> d_out, bias=qkv_bias) and out_proj (d_out -> d_out, "
     "with bias), and no other parameters; the causal mask may be a buffer of any name or be built in forward. "
@@ -518,7 +583,9 @@ causal_multi_head = _ModuleExercise(
           "head axis end up for one matmul to handle every head at once?",
           "The mask: which entries of a (T, T) matrix are the future of query i? Build it once for context_length "
           "tokens and take the top-left (T, T) corner in forward.",
-          "Merging is splitting backwards, step for step in reverse order."],
+          "Merging is splitting backwards, step for step in reverse order.",
+          "return_weights: which tensor already has the shape (B, H, T, T), and where in forward does it exist "
+          "before the heads are merged?"],
     solution=_SolutionMultiHeadAttention,
     answer_name="MyCausalMultiHeadAttention",
     mistakes=[],
