@@ -265,13 +265,12 @@ def _future_scores_zero(queries, keys, values):
 
 causal_on_paper = SpotTheBug(
     "Spot the bug: causal on paper",
-    "causal_attention(queries, keys, values) returns (context_vecs, attn_weights) for queries and keys "
-    "(..., num_tokens, d_k) and values (..., num_tokens, d_v). check_no_future finds no weight above the diagonal, "
-    "and yet output 0 of a sentence changes when its last token changes. Find the bug and write the fixed "
-    "function: it must work for one sentence (num_tokens, d_k), a batch (batch_size, num_tokens, d_k) and a batch "
-    "of heads (batch_size, num_heads, num_tokens, d_k), with d_v free to differ from d_k, and for scores of any "
-    "size: some inputs give scores above 100, others scores that are all below -100, where float32's exp overflows "
-    "or underflows: exact on paper is not enough.",
+    "causal_attention(queries, keys, values) returns (context_vecs, attn_weights). check_no_future finds no weight "
+    "above the diagonal, and yet output 0 of a sentence changes when its last token changes: find the bug and "
+    "write the fixed function. The code already handles every shape: queries and keys (..., num_tokens, d_k), "
+    "values (..., num_tokens, d_v), for one sentence, a batch (batch_size, ...) or a batch of heads "
+    "(batch_size, num_heads, ...), and any d_v. Some inputs give scores above 100, others scores that are all "
+    "below -100, where float32's exp overflows or underflows: exact on paper is not enough.",
     reference=_reference_causal_attention,
     cases=_qkv_cases,
     hint=["Run the buggy function on one sentence and add up each row of the weights it returns. What should a "
