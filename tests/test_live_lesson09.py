@@ -19,7 +19,8 @@ def test_sinusoidal_figure_shows_the_encoding_and_coinciding_dot_products():
     assert len(first) == 44 and np.allclose(first, second, atol=1e-4)
     assert first[0] == pytest.approx(16.0, abs=1e-4)   # |P_i|^2 = d_in / 2
     assert "$T = 64$" in fig.axes[0].get_title()
-    assert "offsets 0 to 43 (start 20 has no later ones within $T = 64$)" in fig.axes[1].get_title()
+    assert "from $i = 0$ and from $i = 20$" in fig.axes[1].get_title()
+    assert "(offsets 0 to 43: from $i = 20$, position 63 is 43 on)" in fig.axes[1].get_title()
 
 
 @pytest.fixture()

@@ -257,14 +257,14 @@ rope_attention = SpotTheBug(
     "(..., T, head_dim), scores divided by sqrt(head_dim), output the context vectors z_i = sum_j a_ij v_j "
     "(..., T, head_dim). The code below runs, yet its answer is wrong. First write a check that needs no answer: "
     "right RoPE scores depend on j - i only, so moving every position by the same constant leaves them as they "
-    "were. Turn random queries and keys with the printed code's turn, at positions 0..5 and again at 10..15 (its "
-    "positions argument; copy turn out of the function), and compare a row of scores. Then find the bug and fix "
-    "it.",
+    "were. Copy turn out of the printed function (it is nested inside it), turn random queries and keys with it at "
+    "positions 0..5 and again at 10..15 (its positions argument), and compare a row of scores. Then find the bug "
+    "and fix it.",
     reference=_reference_rope_attention,
     cases=_qkv_cases,
-    hint=["Copy the printed turn out of the function: turn(x, positions) turns row n of x by positions[n]. Turn "
-          "the same random q and k with it, once at torch.arange(6) and once at torch.arange(6) + 10, and compare "
-          "a row of their scores. Do the two rows agree?",
+    hint=["turn(x, positions) turns row n of x by positions[n]. Turn the same random q and k with it, once at "
+          "torch.arange(6) and once at torch.arange(6) + 10, and compare row 0 of their scores, q @ k.T. Do the "
+          "two rows agree?",
           "Scores that move with the sentence mean that turn is no rotation. Take head_dim = 2 and one angle "
           "gamma: which 2 x 2 matrix does turn apply to (a, b)? Compare it with section 4's formula.",
           "Section 4's formula at gamma = 90 degrees says where a quarter turn takes (a, b). Does the printed "

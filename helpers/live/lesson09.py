@@ -40,9 +40,10 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
         right.plot(distances, dots, marker="o" if start == starts[0] else "", markersize=3,
                    linestyle="-" if start == starts[0] else "--", label=f"$i = {start}$: $P_{{{start}}} \\cdot P_j$")
     right.axhline(0, color="gray", linewidth=0.8)
+    froms = " and ".join(f"from $i = {start}$" for start in starts)
     right.set(xlabel="distance $j - i$ between the two positions", ylabel="dot product",
-              title="Dot product of two position vectors, $P_i \\cdot P_j$, against $j - i$:\n"
-                    f"offsets 0 to {span - 1} (start {max(starts)} has no later ones within $T = {num_tokens}$)")
+              title=f"$P_i \\cdot P_j$ against the distance $j - i$, {froms}\n"
+                    f"(offsets 0 to {span - 1}: from $i = {max(starts)}$, position {num_tokens - 1} is {span - 1} on)")
     right.legend(loc="upper right")
     return fig
 
