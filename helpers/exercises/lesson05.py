@@ -312,7 +312,7 @@ attention_map = SpotTheBug(
     reference=_reference_attention_map,
     cases=_model_cases,
     hint=["Call buggy_attention_map twice on the same CausalAttention(3, 2, 6, dropout=0.5) and compare where the "
-          "zeros are. Which part of the module makes them, and what switches it off (section 6)?",
+          "zeros are. What decides whether the module drops weights, and what switches that off (section 6)?",
           "A finished model comes in one mode, a model in training in another, and a frozen layer inside a model "
           "in training in a mode of its own. Switching a module's mode switches every module inside it: what must "
           "you remember before you switch, so that every part ends where it was?"],
