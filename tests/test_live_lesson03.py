@@ -17,7 +17,8 @@ import helpers
 from helpers.diagrams.qkv_flow import qkv_flow_diagram
 from helpers.live import lesson03 as lesson03_live
 from helpers.live.lesson03 import (LABEL_WIDTH, init_side_by_side, init_stats, init_table, reverse_all_dims,
-                                   saturation, train_inits, trained_table, training_explorer, weights_side_by_side)
+                                   first_step_reaching, saturation, train_inits, trained_tables,
+                                   training_explorer, weights_side_by_side)
 from helpers.source import source_excerpt
 from helpers.plotting import figure_to_png
 
@@ -74,6 +75,20 @@ def test_the_numbers_the_lesson_prints_for_steps_30_and_60(run, task):
     assert [round(w, 2) for w in on_target[30].tolist()] == [0.92, 0.90, 0.00, 0.03, 0.01, 0.01]
     assert round(run.target_weights[30], 1) == 0.3                # "after 30 steps ... about 0.3"
     assert (on_target[60] > 0.8).all()
+
+
+def test_first_step_reaching_is_the_first_snapshot_at_the_level_row_by_row(run, task):
+    first_half = first_step_reaching(run, task, 0.5)
+    assert first_half == [5, 5, 60, 40, 55, 45]                  # the lesson: rows 3, 5, 4, then 2
+    on_target = helpers.weight_on_target(run.snapshots, task.target_positions())   # (snapshots, 6)
+    for row, step in enumerate(first_half):                      # the same as a loop over the snapshots
+        index = run.steps.index(step)
+        assert on_target[index, row] >= 0.5 and (on_target[:index, row] < 0.5).all()
+    assert first_step_reaching(run, task, 1.01) == [None] * 6   # a level no row reaches
+    with pytest.raises(TypeError, match="TrainingRun"):
+        first_step_reaching(run.snapshots, task)
+    with pytest.raises(TypeError, match="PreviousTokenTask"):
+        first_step_reaching(run, None)
 
 
 def test_curves_have_labelled_axes(run):
@@ -250,9 +265,11 @@ def test_saturation_explains_the_stall(task):
                zip(grads, [p.grad for p in runs["SelfAttention_v1", 0].model.parameters()]))
 
 
-def test_trained_table_is_one_row_per_init_that_says_what_the_lesson_says(task):
+def test_trained_tables_are_one_row_per_init_that_say_what_the_lesson_says(task):
     inits = {**INITS, "positive": helpers.SelfAttention_v1}  # any number of classes, each its own row
-    blocks = [block.splitlines() for block in trained_table(task, inits, seeds=(0,)).split("\n\n")]
+    tables = trained_tables(task, inits, seeds=(0,))
+    assert str(tables) == "\n\n".join((tables.outcome, tables.softmax, tables.adam))
+    blocks = [block.splitlines() for block in tables]
     assert len(blocks) == 3                                                  # outcome, softmax, Adam
     outcome, softmax, adam = blocks
     assert "d_in = 32, d_k = 6, 200 steps, seeds 0" in outcome[0]            # what was trained
@@ -295,8 +312,8 @@ def test_train_inits_trains_on_one_thread_and_gives_the_caller_its_threads_back(
 
 
 @pytest.mark.parametrize("call, error", [
-    (lambda: trained_table(helpers.PreviousTokenTask(), INITS, seeds=()), ValueError),
-    (lambda: trained_table(helpers.PreviousTokenTask(), {}), TypeError),
+    (lambda: trained_tables(helpers.PreviousTokenTask(), INITS, seeds=()), ValueError),
+    (lambda: trained_tables(helpers.PreviousTokenTask(), {}), TypeError),
     (lambda: init_table({"only": 3}), TypeError),
     (lambda: init_side_by_side({"only": helpers.SelfAttention_v1}), TypeError),
     (lambda: init_side_by_side({"a": helpers.SelfAttention_v1, "b": 3}), TypeError),

@@ -3,11 +3,13 @@
 * ``training_explorer(run)``: the live figure, a slider over the recorded training steps; the probe's attention
   weights at that step on the left, the loss and the mean weight on the target key on the right.
 * ``weights_side_by_side``: two weight matrices on the same fixed 0..1 scale, with one colour bar for both.
+* ``first_step_reaching(run, task, level)``: for each row of the probe, the first recorded step at which its weight
+  on the target key reaches ``level``.
 * ``reverse_all_dims(x)``: what ``x.T`` does to a batch (the shape, and the first sentence of PyTorch's warning).
 * The initialisation deep dive: ``init_table`` (untrained: how far the scaled scores spread, how peaked the
   weights are, for growing input widths, one column per class), ``init_side_by_side`` (two initialisations'
-  weights in one picture), ``train_inits`` (each class trained on the task, for a few seeds) and ``trained_table``
-  (one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and why a saturated
+  weights in one picture), ``train_inits`` (each class trained on the task, for a few seeds) and ``trained_tables``
+  (three tables, one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and why a saturated
   softmax stalls training: rows that are exactly one-hot, the gradient that reaches ``W_query``, via
   ``saturation``; and Adam's steps on ``W_query``, via ``adam_first_step``).
 
@@ -24,17 +26,19 @@ import warnings
 from copy import deepcopy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import nn
 
 from ..plotting import CourseFigure, Heatmap, new_figure
-from ..tasks import PreviousTokenTask, TrainingRun, train_attention
+from ..tasks import PreviousTokenTask, TrainingRun, train_attention, weight_on_target
 from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["weights_side_by_side", "training_explorer", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "mean_largest_weight", "adam_first_step", "train_inits", "trained_table"]
+__all__ = ["weights_side_by_side", "training_explorer", "first_step_reaching", "reverse_all_dims", "InitStats", "init_stats", "init_table",
+           "init_side_by_side", "saturation", "mean_largest_weight", "adam_first_step", "train_inits",
+           "TrainedTables", "trained_tables"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
 ON_TARGET = "mean weight on the target key"
@@ -106,6 +110,18 @@ def training_explorer(run: TrainingRun, step: int = 60) -> LiveFigure:
     view = LiveFigure(fig, redraw, {"step": slider}, animated=[step_line])  # redraw moves the line: repaint it alone
     view.heatmap, view.step_line = heatmap, step_line
     return view
+
+
+def first_step_reaching(run: TrainingRun, task: PreviousTokenTask, level: float = 0.5) -> list[int | None]:
+    """For each row (query) of the probe: the first recorded step of ``run`` at which that row's weight on its
+    target key is at least ``level`` (``None`` for a row that never gets there)."""
+    if not isinstance(run, TrainingRun):
+        raise TypeError(f"run must be a TrainingRun from helpers.train_attention, got {type(run).__name__}")
+    if not isinstance(task, PreviousTokenTask):
+        raise TypeError(f"task must be a PreviousTokenTask, got {type(task).__name__}")
+    on_target = weight_on_target(run.snapshots, task.target_positions())   # (snapshots, T)
+    reached = on_target >= level                                            # (snapshots, T)
+    return [run.steps[int(column.nonzero()[0])] if column.any() else None for column in reached.T]
 
 
 def reverse_all_dims(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
@@ -290,10 +306,22 @@ def adam_first_step(model: nn.Module, task: PreviousTokenTask, lr: float = 0.02,
     return (_query_weight(copy).detach() - before).norm().item()
 
 
-def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
-                  level: float = 0.9, num_steps: int = 200, device=None) -> str:
-    """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in three small tables with
-    one row per class and one quantity per column:
+class TrainedTables(NamedTuple):
+    """The three tables of :func:`trained_tables`, each a printable string; ``str()`` of the whole joins them."""
+
+    outcome: str
+    softmax: str
+    adam: str
+
+    def __str__(self) -> str:
+        return "\n\n".join(self)
+
+
+def trained_tables(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Sequence[int] = (0, 1, 2),
+                   level: float = 0.9, num_steps: int = 200, device=None) -> TrainedTables:
+    """Every class of ``inits`` trained on ``task`` once per seed (:func:`train_inits`), in three small tables
+    (the fields of :class:`TrainedTables`, so a lesson can print and discuss one at a time) with one row per class
+    and one quantity per column:
 
     1. the outcome, seed by seed: after how many steps (rounded to 10) the probe's mean weight on the target key
        first reaches ``level``, and the final loss;
@@ -332,9 +360,8 @@ def trained_table(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Seq
         step = adam_first_step(untrained, task, lr=lr)
         adam.append([name, f"{start.norm().item():.2f}", f"{step:.2f}", f"{step / start.norm().item():.0%}",
                      f"{moved:.2f}"])
-    return "\n".join(
-        [f"trained on the task, d_in = {task.d_in}, d_k = {vocab_size}, {num_steps} steps, seeds {seed_text} "
-         "(steps rounded to 10)"]
-        + table((12, 46), outcome)
-        + ["", f"the softmax: seed {first}, on a fresh batch"] + table((12, 12, 16, 20, 12), softmax)
-        + ["", f"Adam's steps (lr = {lr}, eps = {eps:.0e}): seed {first}"] + table((12, 28, 20, 16), adam))
+    return TrainedTables(
+        "\n".join([f"trained on the task, d_in = {task.d_in}, d_k = {vocab_size}, {num_steps} steps, seeds "
+                   f"{seed_text} (steps rounded to 10)"] + table((12, 46), outcome)),
+        "\n".join([f"the softmax: seed {first}, on a fresh batch"] + table((12, 12, 16, 20, 12), softmax)),
+        "\n".join([f"Adam's steps (lr = {lr}, eps = {eps:.0e}): seed {first}"] + table((12, 28, 20, 16), adam)))
