@@ -578,7 +578,7 @@ causal_multi_head = _ModuleExercise(
     reference=MultiHeadAttention,
     cases=_cases,
     hint=["Write the shapes first, as comments, from x (B, T, d_in) to the output (B, T, d_out), then one line per "
-          "arrow. The summary above lists every step.",
+          "arrow.",
           "Cutting d_out into heads: which axis of (B, T, d_out) holds one token's features, and where must the "
           "head axis end up for one matmul to handle every head at once?",
           "The mask: which entries of a (T, T) matrix are the future of query i? Build it once for context_length "
