@@ -224,25 +224,26 @@ def test_measure_time_and_scaling_plot():
                           lambda n, device: (torch.ones(n, device=device),), (8, 16), repeats=2)
     assert set(times) == {"SDPA", "other"} and all(len(v) == 2 for v in times.values())
     sizes = (64, 128, 256)
-    fig = scaling_plot(sizes, {n: [1.0, 4.0, 16.0] for n in ("explicit", "SDPA", "tiled")},
-                       {n: [1.0, 2.0, 4.0] for n in ("explicit", "SDPA", "tiled")})
-    time_ax, memory_ax = fig.axes
-    assert time_ax.get_xlabel() == "number of tokens T"
-    for ax in (time_ax, memory_ax):  # both slopes on both panels: quadratic and linear growth to compare with
-        assert [t.get_text() for t in ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
+    fig = scaling_plot(sizes, {n: [1.0, 4.0, 16.0] for n in ("explicit", "SDPA", "tiled")})
+    (time_ax,) = fig.axes  # time only: the memory panel is section 5's figure, not drawn twice
+    assert time_ax.get_xlabel() == "number of tokens T" and time_ax.get_ylabel() == "milliseconds per call"
+    # both slopes: quadratic and linear growth to compare with
+    assert [t.get_text() for t in time_ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
     assert figure_to_png(fig)[:4] == b"\x89PNG"
 
 
-def test_memory_plot_draws_the_three_paths_as_the_scaling_plot_does():
+def test_memory_plot_draws_the_three_paths_as_the_time_plot_does():
     from helpers.live.lesson07 import memory_plot, scaling_plot
     sizes, peak = (64, 128, 256), {n: [1.0, 2.0 * (i + 1), 4.0 ** (i + 1)] for i, n in
                                    enumerate(("explicit", "SDPA", "tiled"))}
     (ax,) = memory_plot(sizes, peak).axes
-    both = scaling_plot(sizes, {n: [1.0, 1.0, 1.0] for n in peak}, peak).axes[1]
+    (time_ax,) = scaling_plot(sizes, peak).axes   # the same drawing, with the time panel's labels
     assert [line.get_label() for line in ax.get_lines()[:3]] == ["explicit", "SDPA", "tiled"]
-    for mine, theirs in zip(ax.get_lines(), both.get_lines()):   # the same panel as the deep dive's right one
+    for mine, theirs in zip(ax.get_lines(), time_ax.get_lines()):
         assert list(mine.get_ydata()) == list(theirs.get_ydata())
-    assert ax.get_title() == both.get_title() and ax.get_xscale() == ax.get_yscale() == "log"
+    assert ax.get_title() == "Peak memory, counted on the CPU (log-log)" != time_ax.get_title()
+    assert [t.get_text() for t in ax.texts] == ["slope 2: ∝ T²", "slope 1: ∝ T"]
+    assert ax.get_xscale() == ax.get_yscale() == "log"
     with pytest.raises(ValueError, match="peak_mib"):
         memory_plot(sizes, {"explicit": [1.0], "SDPA": [1.0], "tiled": [1.0]})
     with pytest.raises(TypeError, match="peak_mib"):

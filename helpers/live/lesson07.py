@@ -3,7 +3,8 @@
 ``tile_explorer(tokens, queries, keys, values, tile_size=2)`` shows, after each step (one tile per step, counted
 from 0), the scaled scores computed so far (the live tile outlined in red) and each query row's running maximum m_i
 and running sum ell_i. ``tile_snapshots`` is the data behind it, one dict per step, for printing and for tests.
-``measure_time_ms`` and ``scaling_plot`` time the three ways of computing attention and draw the result.
+``measure_time_ms`` and ``scaling_plot`` time the three ways of computing attention and draw the times;
+``memory_plot`` draws their peak memory.
 """
 
 from __future__ import annotations
@@ -287,9 +288,9 @@ def _draw_panels(sizes, panels: dict) -> None:
             ax.set_title("Peak memory, counted on the CPU (log-log)")
 
 
-def scaling_plot(sizes, time_ms: dict, peak_mib: dict):
-    """Time per call and peak memory of each path against T, on log-log axes, with slope triangles."""
-    fig = new_figure(10.5, 4, ncols=2)
-    time_ax, memory_ax = list(fig.axes)
-    _draw_panels(sizes, {"time": (time_ax, time_ms), "memory": (memory_ax, peak_mib)})
+def scaling_plot(sizes, time_ms: dict):
+    """Time per call of each path (``time_ms``: name -> one value per size) against T, log-log, with slope triangles.
+    Its memory counterpart is :func:`memory_plot`."""
+    fig = new_figure(5.4, 4)
+    _draw_panels(sizes, {"time": (fig.axes[0], time_ms)})
     return fig
