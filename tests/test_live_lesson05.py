@@ -142,16 +142,22 @@ def test_source_lines_show_only_the_lines_asked_for(capsys):
 def test_diagram_is_drawn_from_the_tensors(journey):
     _, attn_weights = journey
     _, keep = attention_dropout(attn_weights, 0.5, torch.Generator().manual_seed(123))
-    fig = dropout_diagram(attn_weights, keep, 0.5)
+    dropped_weights = attn_weights * (keep / 0.5)
+    fig = dropout_diagram(attn_weights, keep, 0.5, dropped_weights)
     assert fig.get_figwidth() <= 12.0
     texts = [t.get_text() for t in fig.axes[0].texts]
     assert "2.00" in texts                       # row 0 survived this draw: 1.00 -> 2.00
     assert texts.count("2") == int(keep.sum())  # the middle grid is keep / (1 - p): 2 where kept, the future's too
     assert texts.count("0") == int((~keep).sum())
-    row_sums = (attn_weights * (keep / 0.5)).sum(dim=-1)
-    assert all(f"{float(s):.2f}" in texts for s in row_sums)  # the column of row sums
+    assert all(f"{float(s):.2f}" in texts for s in dropped_weights.sum(dim=-1))  # the column of row sums
+    assert "summed before\nrounding" in texts     # its sums can differ by 0.01 from the rounded cells'
     assert not [t for t in fig.axes[0].texts if t.get_color() == "white"], "no text that vanishes on grey"
+    # Ã is the caller's, drawn as given: a wrong one (the factor forgotten) shows up in the cells and the sums.
+    wrong = [t.get_text() for t in dropout_diagram(attn_weights, keep, 0.5, attn_weights * keep).axes[0].texts]
+    assert "2.00" not in wrong and "1.00" in wrong
     with pytest.raises(ValueError, match="keep must be a bool tensor"):
-        dropout_diagram(attn_weights, keep.float(), 0.5)
+        dropout_diagram(attn_weights, keep.float(), 0.5, dropped_weights)
     with pytest.raises(ValueError, match="p must be in"):
-        dropout_diagram(attn_weights, keep, 1.0)
+        dropout_diagram(attn_weights, keep, 1.0, dropped_weights)
+    with pytest.raises(ValueError, match="dropped_weights must have shape"):
+        dropout_diagram(attn_weights, keep, 0.5, dropped_weights[:3])

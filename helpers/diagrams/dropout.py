@@ -1,8 +1,9 @@
 """Dropout on the attention weights, as a picture: A ⊙ (keep / (1 - p)) = Ã, and the row sums of Ã.
 
 Drawn from the tensors themselves (their size and values), so the picture always shows the shapes and the draw the
-lesson computed. The middle grid is the factor the code multiplies by, keep / (1 - p), so the picture reads the way the
-formula and the code are written.
+lesson computed: Ã and its row sums are the lesson's own ``dropped_weights``, not recomputed here. The middle grid
+is the factor the code multiplies by, keep / (1 - p), so the picture reads the way the formula and the code are
+written.
 """
 
 from __future__ import annotations
@@ -30,13 +31,17 @@ def _cross(ax, x: float, y: float) -> None:
     ax.plot([x + 0.2, x + 0.8], [y + 0.8, y + 0.2], color=_CROSS, linewidth=1.4)
 
 
-def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) -> CourseFigure:
+def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float,
+                    dropped_weights: torch.Tensor) -> CourseFigure:
     """``A ⊙ (keep / (1 - p)) = Ã``, then each row of Ã summed: three ``(T, T)`` grids and a ``(T, 1)`` column.
 
     ``attn_weights``: ``(T, T)`` causal weights (zeros above the diagonal); ``keep``: ``(T, T)`` bool, True where
-    a weight survives; ``p``: the dropout probability the draw used. Future cells (the causal mask) are grey in
-    all three grids: A is 0 there, so Ã is 0 whatever the coin flip was (the flips are still written, in dark
-    text). Dropped weights are white and crossed out; every survivor is written at its new value ``a / (1 - p)``.
+    a weight survives; ``p``: the dropout probability the draw used; ``dropped_weights``: ``(T, T)``, the Ã the
+    caller computed, drawn as it is (a wrong Ã shows up wrong) and summed for the last column. Future cells (the
+    causal mask) are grey in all three grids: A is 0 there, so Ã is 0 whatever the coin flip was (the flips are
+    still written, in dark text). keep = 0 is white; a visible weight that is 0 in Ã is crossed out; every other
+    cell of Ã is written at its value. The row sums are of the unrounded Ã, so they can differ by 0.01 from the sum
+    of its rounded cells; the column says so ("summed before rounding").
     """
     if attn_weights.dim() != 2 or attn_weights.shape[0] != attn_weights.shape[1]:
         raise ValueError(f"attn_weights must have shape (T, T), got {tuple(attn_weights.shape)}")
@@ -44,14 +49,17 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
         raise ValueError(f"keep must be a bool tensor of shape {tuple(attn_weights.shape)}")
     if not 0.0 <= p < 1.0:
         raise ValueError(f"p must be in [0, 1), got {p}")
-    weights, keep = attn_weights.detach().cpu(), keep.cpu()
+    if dropped_weights.shape != attn_weights.shape:
+        raise ValueError(f"dropped_weights must have shape {tuple(attn_weights.shape)}, "
+                         f"got {tuple(dropped_weights.shape)}")
+    weights, keep, dropped_weights = attn_weights.detach().cpu(), keep.cpu(), dropped_weights.detach().cpu()
     num_tokens = weights.shape[0]
     factor = 1 / (1 - p)
     future = causal_mask(num_tokens)
     hidden = [tuple(cell) for cell in future.nonzero().tolist()]
     gap, sum_gap, top = 2.4, 2.8, 1.5
     width = 0.2 + 3 * num_tokens + 2 * gap + sum_gap + 1 + 1.2  # room for the name of the last column
-    fig, ax = diagram_canvas(width, num_tokens + 3.6, inches_per_unit=0.5)
+    fig, ax = diagram_canvas(width, num_tokens + 4.2, inches_per_unit=0.5)
     a_x = 0.2
     m_x = a_x + num_tokens + gap
     out_x = m_x + num_tokens + gap
@@ -69,20 +77,22 @@ def dropout_diagram(attn_weights: torch.Tensor, keep: torch.Tensor, p: float) ->
     for i, j in hidden:  # a coin is flipped for every cell; above the diagonal it multiplies a 0
         ax.text(m_x + j + 0.5, top + i + 0.5, f"{factor:g}" if bool(keep[i, j]) else "0", ha="center",
                 va="center", fontsize=_FONT * 0.8, color=_ON_GREY)
-    dropped_weights = weights * (keep / (1 - p))  # the order the code uses: A * (keep / (1 - p))
     shown = text(dropped_weights, lambda v: f"{float(v):.2f}")
-    dropped_cells = (~keep & ~future).nonzero().tolist()
-    for i, j in dropped_cells:
+    zeroed_cells = ((dropped_weights == 0) & ~future).nonzero().tolist()  # as the caller's Ã has them
+    for i, j in zeroed_cells:
         shown[i][j] = ""  # crossed out below instead
     tensor_grid(ax, out_x, top, num_tokens, num_tokens, color=PALETTE["weights"], name="Ã (A after dropout)",
                 shape_text=shape, hidden=hidden, values=shown, fontsize=_FONT)
-    for i, j in dropped_cells:  # white where keep = 0; crossed out in the result, where the weight is now 0
-        for x in (m_x, out_x):
-            ax.add_patch(Rectangle((x + j, top + i), 1, 1, facecolor=_DROPPED, edgecolor="#525252", linewidth=0.8))
+    for i, j in (~keep & ~future).nonzero().tolist():  # keep = 0: white
+        ax.add_patch(Rectangle((m_x + j, top + i), 1, 1, facecolor=_DROPPED, edgecolor="#525252", linewidth=0.8))
+    for i, j in zeroed_cells:  # a weight that is now 0: white and crossed out
+        ax.add_patch(Rectangle((out_x + j, top + i), 1, 1, facecolor=_DROPPED, edgecolor="#525252", linewidth=0.8))
         _cross(ax, out_x + j, top + i)
     row_sums = dropped_weights.sum(dim=-1)
     tensor_grid(ax, sum_x, top, num_tokens, 1, color=_SUMS, name="row sums", shape_text="(T, 1)",
                 values=[[f"{float(s):.2f}"] for s in row_sums], fontsize=_FONT)
+    label(ax, sum_x + 0.5, top + num_tokens + 0.85, "summed before\nrounding", fontsize=10, va="top",
+          color="#525252")
     middle = top + num_tokens / 2
     label(ax, a_x + num_tokens + gap / 2, middle, "⊙", fontsize=22)
     label(ax, a_x + num_tokens + gap / 2, middle + 0.9, "element-\nwise", fontsize=9)
