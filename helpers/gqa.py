@@ -172,8 +172,8 @@ class GroupedQueryAttention(nn.Module):
         seen = 0 if cache is None else cache.num_seen
         if seen + num_new > self.context_length:
             raise ValueError(f"{seen} cached + {num_new} new tokens exceed context_length={self.context_length}")
-        queries = self._split(self.W_query(x), self.num_heads)  # (B, T_new, d_in) -> (B, H, T_new, D)
-        keys = self._split(self.W_key(x), self.num_kv_heads)  # (B, T_new, d_in) -> (B, H_kv, T_new, D)
+        queries = self._split(self.W_query(x), self.num_heads)  # (B, T_new, H * D) -> (B, H, T_new, D)
+        keys = self._split(self.W_key(x), self.num_kv_heads)  # (B, T_new, H_kv * D) -> (B, H_kv, T_new, D)
         values = self._split(self.W_value(x), self.num_kv_heads)
         if cache is not None:
             keys, values = cache.update(keys, values)  # (B, H_kv, T_k, D): held entries, then the new ones

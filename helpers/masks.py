@@ -10,10 +10,11 @@ Every mask here is a bool tensor where ``True`` means *hide* (the score becomes
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from ._checks import check_float_tensor, check_positive_int
 
-__all__ = ["causal_mask", "mask_by_renormalising", "padding_mask", "sliding_window_mask"]
+__all__ = ["causal_mask", "is_causal_mask", "mask_by_renormalising", "padding_mask", "sliding_window_mask"]
 
 
 def causal_mask(num_tokens: int, device: torch.device | str | None = None) -> torch.Tensor:
@@ -95,3 +96,18 @@ def sliding_window_mask(num_tokens: int, window_size: int, device: torch.device 
     ones = torch.ones(num_tokens, num_tokens, dtype=torch.bool, device=device)
     too_old = torch.tril(ones, diagonal=-window_size)  # (T, T): True where j <= i - window_size
     return torch.triu(ones, diagonal=1) | too_old  # the future, or too far in the past
+
+
+def is_causal_mask(num_queries: int, num_keys: int) -> torch.Tensor:
+    """Bool mask of shape ``(T_q, T_k)``, measured: the scores PyTorch's
+    ``F.scaled_dot_product_attention(..., is_causal=True)`` hides (True = hide, as every mask here).
+
+    Every score is equal (zero queries and keys) and value ``j`` is the one-hot vector ``e_j``, so a query's
+    output is nonzero exactly at the keys it sees.
+    """
+    check_positive_int("num_queries", num_queries)
+    check_positive_int("num_keys", num_keys)
+    values = torch.eye(num_keys).view(1, 1, num_keys, num_keys)  # v_j = e_j
+    context = F.scaled_dot_product_attention(torch.zeros(1, 1, num_queries, 8), torch.zeros(1, 1, num_keys, 8),
+                                             values, is_causal=True)  # (1, 1, T_q, T_k)
+    return context[0, 0] == 0  # no weight on key j: hidden

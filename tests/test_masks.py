@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.attention import scaled_dot_product_attention
-from helpers.masks import causal_mask, padding_mask
+from helpers.masks import causal_mask, is_causal_mask, padding_mask
 
 
 def test_padding_mask_right_and_left():
@@ -122,3 +122,12 @@ def test_pytorch_style_keep_mask_is_caught():
     keep = ~causal_mask(4)
     with pytest.raises(ValueError, match="Check the convention"):
         scaled_dot_product_attention(x, x, x, mask=keep)
+
+
+def test_is_causal_mask_measures_pytorchs_top_left_triangle():
+    # T_q = T_k: the causal triangle; fewer queries than keys: still top-left (query n sees keys 0..n only).
+    assert torch.equal(is_causal_mask(5, 5), causal_mask(5))
+    assert torch.equal(is_causal_mask(1, 5), torch.tensor([[False, True, True, True, True]]))
+    assert torch.equal(is_causal_mask(3, 6), causal_mask(6)[:3])
+    with pytest.raises(ValueError, match="num_keys"):
+        is_causal_mask(1, 0)

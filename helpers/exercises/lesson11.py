@@ -203,7 +203,7 @@ rope_cache = SpotTheBug(
     "attention head with RoPE for T_q new tokens that follow num_cached cached ones. Inputs: queries, keys, values "
     "(B, T_q, D) of the new tokens, not rotated yet; cached_keys (B, num_cached, D), rotated when they were cached, "
     "and cached_values (B, num_cached, D). Output: the new tokens' context vectors (B, T_q, D). Tools: "
-    "apply_rope(x, positions=None) (positions: a (T,) int tensor, by default 0, ..., T - 1), decode_mask "
+    "apply_rope(x, positions=None), decode_mask "
     "(True = hide), the course's scaled_dot_product_attention (True = hide; "
     "PyTorch's F.scaled_dot_product_attention takes the opposite) or your own softmax. The buggy code runs, but "
     "its answer is wrong: run it on a few tokens with 0 cached, then with some of them cached, compare, and fix it.",
