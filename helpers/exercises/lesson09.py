@@ -1,7 +1,7 @@
 """Exercises for notebook 09: positions.
 
 1. ALiBi (Press et al. 2021), a relative position the lesson names but does not build: causal weights with a
-   per-head penalty on the distance i - j;
+   per-head penalty on i - j, how far key j lies behind query i (minus the offset j - i);
 2. spot the bug: RoPE attention with a hand-written turn, applied alike to queries and keys, whose quarter turn
    takes the pair (a, b) to (-b, -a), a reflection, instead of (-b, a). Every line looks like RoPE; the shift
    test (every position + 10) exposes it, as the scores then depend on i + j. Turned values, mixed pair layouts,
@@ -38,59 +38,59 @@ def _alibi_cases(g: torch.Generator) -> list[Case]:
                  shift=-1000.0)]
 
 
-def _offsets(num_tokens: int) -> torch.Tensor:
+def _steps_back(num_tokens: int) -> torch.Tensor:
     positions = torch.arange(num_tokens)
     return positions[:, None] - positions[None, :]                  # (T, T): i - j, how far key j lies behind i
 
 
 def _reference_alibi(scaled_scores, slopes):
     num_tokens = scaled_scores.shape[-1]
-    distance = _offsets(num_tokens).to(scaled_scores.dtype)
-    biased = scaled_scores - slopes[:, None, None] * distance         # (H, T, T)
-    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
+    steps_back = _steps_back(num_tokens).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * steps_back       # (H, T, T)
+    return torch.softmax(biased.masked_fill(steps_back < 0, float("-inf")), dim=-1)
 
 
 def _solution_alibi(scaled_scores, slopes):
     num_tokens = scaled_scores.shape[-1]
     positions = torch.arange(num_tokens)
-    distance = positions[:, None] - positions[None, :]              # (T, T): i - j
-    biased = scaled_scores - slopes[:, None, None] * distance         # (H, T, T): farther back, lower
-    future = distance < 0                                           # key j after query i
+    steps_back = positions[:, None] - positions[None, :]            # (T, T): i - j, minus the offset j - i
+    biased = scaled_scores - slopes[:, None, None] * steps_back       # (H, T, T): farther back, lower
+    future = steps_back < 0                                         # key j after query i
     return torch.softmax(biased.masked_fill(future, float("-inf")), dim=-1)
 
 
 def _alibi_sign_flipped(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
-    biased = scaled_scores + slopes[:, None, None] * distance
-    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores + slopes[:, None, None] * steps_back
+    return torch.softmax(biased.masked_fill(steps_back < 0, float("-inf")), dim=-1)
 
 
 def _alibi_no_mask(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
-    return torch.softmax(scaled_scores - slopes[:, None, None] * distance.abs(), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    return torch.softmax(scaled_scores - slopes[:, None, None] * steps_back.abs(), dim=-1)
 
 
 def _alibi_slopes_on_the_wrong_axis(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
-    biased = scaled_scores - slopes[:, None] * distance               # slope per query row, not per head
-    return torch.softmax(biased.masked_fill(distance < 0, float("-inf")), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None] * steps_back             # slope per query row, not per head
+    return torch.softmax(biased.masked_fill(steps_back < 0, float("-inf")), dim=-1)
 
 
 def _alibi_hides_its_own_key(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
-    biased = scaled_scores - slopes[:, None, None] * distance
-    return torch.softmax(biased.masked_fill(distance <= 0, float("-inf")), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * steps_back
+    return torch.softmax(biased.masked_fill(steps_back <= 0, float("-inf")), dim=-1)
 
 
 def _alibi_one_future_key(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1]).to(scaled_scores.dtype)
-    biased = scaled_scores - slopes[:, None, None] * distance
-    return torch.softmax(biased.masked_fill(distance < -1, float("-inf")), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1]).to(scaled_scores.dtype)
+    biased = scaled_scores - slopes[:, None, None] * steps_back
+    return torch.softmax(biased.masked_fill(steps_back < -1, float("-inf")), dim=-1)
 
 
 def _alibi_no_bias(scaled_scores, slopes):
-    distance = _offsets(scaled_scores.shape[-1])
-    return torch.softmax(scaled_scores.masked_fill(distance < 0, float("-inf")), dim=-1)
+    steps_back = _steps_back(scaled_scores.shape[-1])
+    return torch.softmax(scaled_scores.masked_fill(steps_back < 0, float("-inf")), dim=-1)
 
 
 alibi_weights = FunctionExercise(
@@ -98,8 +98,9 @@ alibi_weights = FunctionExercise(
     "write alibi_weights(scaled_scores, slopes): scaled_scores (H, T, T), the scores already divided by "
     "sqrt(d_head), and slopes (H,), one slope "
     "lambda_h per head. Return the causal attention weights (H, T, T) of ALiBi (Press et al. 2021): "
-    "softmax over j of scaled_scores[h, i, j] - lambda_h (i - j), where key j may not come after query i. No position vectors, no "
-    "rotation: the penalty grows with how far key j lies behind query i. Any PyTorch call is allowed.",
+    "softmax over j of scaled_scores[h, i, j] - lambda_h (i - j), with i - j minus the offset j - i, where key j "
+    "may not come after query i. No position vectors, no rotation: the penalty grows with how far key j lies "
+    "behind query i. Any PyTorch call is allowed.",
     reference=_reference_alibi,
     cases=_alibi_cases,
     hint=["Build the (T, T) table of i - j once, with broadcasting, then give it a head axis for the slopes.",

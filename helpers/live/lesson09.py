@@ -21,7 +21,7 @@ __all__ = ["sinusoidal_figure", "rope_scores", "rope_explorer", "long_sequence_f
 
 
 def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, ...] = (0, 20)) -> CourseFigure:
-    """Left: the encoding ``P`` ``(T, d_in)`` as a heatmap. Right: ``P_i . P_j`` against the distance ``j - i``,
+    """Left: the encoding ``P`` ``(T, d_in)`` as a heatmap. Right: ``P_i . P_j`` against the offset ``j - i``,
     one curve per start ``i`` in ``starts``; the curves coincide because the dot product depends on ``j - i`` only."""
     encoding = sinusoidal_positions(num_tokens, d_in)                           # (T, d_in)
     fig = new_figure(12.0, 4.6, ncols=2)
@@ -35,14 +35,14 @@ def sinusoidal_figure(num_tokens: int = 64, d_in: int = 32, starts: tuple[int, .
     heatmap.image.set_animated(False)
     span = num_tokens - max(starts)
     for start in starts:
-        distances = torch.arange(span)
-        dots = (encoding[start] * encoding[start + distances]).sum(dim=-1)     # (span,)
-        right.plot(distances, dots, marker="o" if start == starts[0] else "", markersize=3,
+        offsets = torch.arange(span)
+        dots = (encoding[start] * encoding[start + offsets]).sum(dim=-1)       # (span,)
+        right.plot(offsets, dots, marker="o" if start == starts[0] else "", markersize=3,
                    linestyle="-" if start == starts[0] else "--", label=f"$i = {start}$: $P_{{{start}}} \\cdot P_j$")
     right.axhline(0, color="gray", linewidth=0.8)
     froms = " and ".join(f"from $i = {start}$" for start in starts)
-    right.set(xlabel="distance $j - i$ between the two positions", ylabel="dot product",
-              title=f"$P_i \\cdot P_j$ against the distance $j - i$, {froms}\n"
+    right.set(xlabel="offset $j - i$ between the two positions", ylabel="dot product",
+              title=f"$P_i \\cdot P_j$ against the offset $j - i$, {froms}\n"
                     f"(offsets 0 to {span - 1}: from $i = {max(starts)}$, position {num_tokens - 1} is {span - 1} on)")
     right.legend(loc="upper right")
     return fig
