@@ -59,13 +59,13 @@ def _reference_dropout_spread(attn_weights, values, p):
 
 def _solution_dropout_spread(attn_weights, values, p):
     # z_i is all zeros when every non-zero weight of row i is dropped: independent coin flips, p each.
-    num_nonzero = (attn_weights != 0).sum(dim=-1)                    # (..., T)
+    num_nonzero = (attn_weights != 0).sum(dim=-1)                    # (..., T_q)
     prob_all_dropped = p ** num_nonzero.double()
     # One weight: it is a / (1 - p) with probability 1 - p, else 0. Mean a; mean of its square a**2 / (1 - p);
     # variance a**2 / (1 - p) - a**2 = a**2 * p / (1 - p).
     # z_ik = sum_j weight_ij * v_jk (k < d_v): independent terms, so their variances add; the constant v_jk
     # enters squared.
-    variance = p / (1 - p) * attn_weights**2 @ values**2            # (..., T, T) @ (..., T, d_v) -> (..., T, d_v)
+    variance = p / (1 - p) * attn_weights**2 @ values**2  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
     return prob_all_dropped, variance
 
 
@@ -307,7 +307,8 @@ attention_map = SpotTheBug(
     "attention_map(model, batch) should return, to plot, the attention weights (B, T, T) a model uses once "
     "training is over, none dropped at random, whether it is called in the middle of training or on a finished "
     "model. The version given draws another picture at every call during training. Fix it so the picture changes "
-    "nothing: every part of the model ends in the mode it came in (a model in training may hold a frozen layer), "
+    "nothing: every part of the model ends in the mode it came in (model.modules() lists every part, each with its "
+    "own training flag; a model in training may hold a frozen layer), "
     "a model in training trains on exactly as it would have without the picture, a finished model keeps giving "
     "the same weights, and PyTorch's global random generator is neither reseeded nor drawn from.",
     reference=_reference_attention_map,
