@@ -28,7 +28,7 @@ def _prob(w, p):
     (lambda w, v, p: (_prob(w, p), p * (1 - p) * w.pow(2) @ v.pow(2)), "variance of the coin flip alone"),
     (lambda w, v, p: (_prob(w, p), w.pow(2) @ v.pow(2) / (1 - p)), "mean of the squares"),
     (lambda w, v, p: (_prob(w, p), p / (1 - p) * (w @ v).pow(2)), "squared the whole sum"),
-    (lambda w, v, p: (_prob(w, p), p / (1 - p) * w.pow(2) @ v), "the value v_jk"),
+    (lambda w, v, p: (_prob(w, p), p / (1 - p) * w.pow(2) @ v), "the value v_jc"),
     (lambda w, v, p: (_prob(w, p), p / (1 - p) * w @ v.pow(2)), "the weight a_ij"),
     (lambda w, v, p: (_prob(w, p), _variance(w, v, p).sqrt()), "standard deviation"),
     (lambda w, v, p: (torch.full_like(w[..., 0], p), _variance(w, v, p)), "ALL of the row's non-zero weights"),

@@ -63,7 +63,7 @@ def _solution_dropout_spread(attn_weights, values, p):
     prob_all_dropped = p ** num_nonzero.double()
     # One weight: it is a / (1 - p) with probability 1 - p, else 0. Mean a; mean of its square a**2 / (1 - p);
     # variance a**2 / (1 - p) - a**2 = a**2 * p / (1 - p).
-    # z_ik = sum_j weight_ij * v_jk (k < d_v): independent terms, so their variances add; the constant v_jk
+    # z_ic = sum_j weight_ij * v_jc (component c < d_v): independent terms, so their variances add; the constant v_jc
     # enters squared.
     variance = p / (1 - p) * attn_weights**2 @ values**2  # (..., T_q, T_k) @ (..., T_k, d_v) -> (..., T_q, d_v)
     return prob_all_dropped, variance
@@ -90,9 +90,9 @@ dropout_spread = FunctionExercise(
     "dropout has variance a_ij**2 * p / (1 - p) (the lesson's section 5).",
     reference=_reference_dropout_spread,
     cases=_spread_cases,
-    hint=["Write one entry z_ik (k < d_v) as a sum over j of terms, each a random weight times a fixed number "
-          "v_jk. The coin flips of different weights are independent. What happens to variances when you add "
-          "independent numbers, and when you multiply a random number by a constant c?",
+    hint=["Write one entry z_ic (component c < d_v) as a sum over j of terms, each a random weight times a fixed "
+          "number v_jc. The coin flips of different weights are independent. What happens to variances when you add "
+          "independent numbers, and when you multiply a random number by a constant?",
           "For the probability: which weights of a row are 0 whatever happens, and how do independent coin "
           "flips combine? A row with no non-zero weight at all is a case of its own: what is z_i then?"],
     solution=_solution_dropout_spread,
@@ -106,7 +106,7 @@ dropout_spread = FunctionExercise(
                 "output 2: you squared the whole sum. The terms a_ij v_j are independent: their variances add, "
                 "term by term."),
         Mistake(_with_prob(lambda w, v, p: p / (1 - p) * w.pow(2) @ v),
-                "output 2: the value v_jk multiplies a random weight, so it enters the variance squared."),
+                "output 2: the value v_jc multiplies a random weight, so it enters the variance squared."),
         Mistake(_with_prob(lambda w, v, p: p / (1 - p) * w @ v.pow(2)),
                 "output 2: the weight a_ij is the size of the random term, so it enters the variance squared."),
         Mistake(_with_prob(lambda w, v, p: (p / (1 - p) * w.pow(2) @ v.pow(2)).sqrt()),
