@@ -135,6 +135,8 @@ def buggy_mixed_scores(attn_scores, attn_weights):
 
 def _solution_mixed_scores(attn_scores, attn_weights):
     # z_i · z_j = (A X)(A X)ᵀ = A X Xᵀ Aᵀ = A S Aᵀ: the blend acts on the queries AND on the keys.
+    # The buggy A S agrees with it in column 0 only: row 0 of A keeps Hello alone, so z_0 = x_0 and Aᵀ changes
+    # nothing there.
     return attn_weights @ attn_scores @ attn_weights.T   # (T, T) @ (T, T) @ (T, T) -> (T, T)
 
 
