@@ -9,9 +9,9 @@
 * The initialisation deep dive: ``init_table`` (untrained: how far the scaled scores spread, how peaked the
   weights are, for growing input widths, one column per class), ``init_side_by_side`` (two initialisations'
   weights in one picture), ``train_inits`` (each class trained on the task, for a few seeds) and ``trained_tables``
-  (three tables, one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and why a saturated
-  softmax stalls training: rows that are exactly one-hot, the gradient that reaches ``W_query``, via
-  ``saturation``; and Adam's steps on ``W_query``, via ``adam_first_step``).
+  (three tables, one row per class: steps until the probe's weight on the target reaches 0.9, the final loss, and
+  why a saturated softmax stalls training: rows that are exactly one-hot, the gradient that reaches ``W_query``,
+  via ``saturation``; and Adam's steps on ``W_query``, via ``adam_first_step``).
 
 The modules measured are any classes built as ``cls(d_in, d_out)`` whose ``W_query`` and ``W_key`` are either a
 ``(d_in, d_out)`` matrix (``SelfAttention_v1``) or an ``nn.Linear`` (``SelfAttention_v2``), and whose
@@ -36,8 +36,8 @@ from ..tasks import PreviousTokenTask, TrainingRun, train_attention, weight_on_t
 from ..training import one_thread
 from ..widgets import LiveFigure, int_slider
 
-__all__ = ["weights_side_by_side", "training_explorer", "first_step_reaching", "reverse_all_dims", "InitStats", "init_stats", "init_table",
-           "init_side_by_side", "saturation", "mean_largest_weight", "adam_first_step", "train_inits",
+__all__ = ["weights_side_by_side", "training_explorer", "first_step_reaching", "reverse_all_dims", "InitStats",
+           "init_stats", "init_table", "init_side_by_side", "saturation", "mean_largest_weight", "adam_first_step", "train_inits",
            "TrainedTables", "trained_tables"]
 
 WEIGHT_LABEL = "attention weight $a_{ij}$ (0 to 1)"
@@ -344,7 +344,8 @@ def trained_tables(task: PreviousTokenTask, inits: Mapping[str, type], seeds: Se
     outcome = [["init", f"steps until mean weight on target ≥ {level}", "final loss"]]
     softmax = [["", "one-hot rows of A", "", "mean largest a_ij", "gradient norm at W_q", ""],
                ["init", "untrained", "trained", "untrained", "untrained", "trained"]]
-    adam = [["init", "length of W_q, untrained", "Adam's first step", "step / length", f"W_q moved in {num_steps} steps"]]
+    adam = [["init", "length of W_q, untrained", "Adam's first step", "step / length",
+             f"W_q moved in {num_steps} steps"]]
     for name, cls in inits.items():
         reached = [runs[cls.__name__, seed].steps_to_reach(level) for seed in seeds]
         steps = ", ".join("never" if r is None else str(round(r, -1)) for r in reached)
